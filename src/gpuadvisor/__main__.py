@@ -1,0 +1,5 @@
+import sys
+
+from gpuadvisor.cli import main
+
+sys.exit(main())

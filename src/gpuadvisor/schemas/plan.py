@@ -1,0 +1,174 @@
+"""The parallel plan: one validated object for degrees, placement and every knob a trainer takes.
+
+Modelled on torchtitan's ParallelDims: degrees multiply to the world size, and user input
+errors raise ValueError with the fix, never assert.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ._base import Frozen
+from .workload import Workload
+
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+CommHook = Literal["none", "fp16", "bf16", "powersgd"]
+MeshOrder = Literal["tp-dp-pp", "tp-pp-dp"]
+
+
+class Plan(Frozen):
+    """A complete parallel configuration. Rank r's coordinates follow `mesh_order`, fastest first."""
+
+    dp: int = Field(1, ge=1, description="Data-parallel degree (replicas, or ZeRO shards)")
+    tp: int = Field(1, ge=1, description="Tensor-parallel degree (Megatron column/row split)")
+    pp: int = Field(1, ge=1, description="Pipeline stages")
+    zero_stage: int = Field(0, ge=0, le=3, description="0 = plain DDP; 1/2/3 = DeepSpeed ZeRO stage")
+    zero_offload: bool = Field(False, description="ZeRO-Offload: optimizer (and params at stage 3) on CPU")
+    micro_batch_size: int = Field(1, ge=1, description="Sequences per micro-batch per rank")
+    num_micro_batches: int = Field(
+        1, ge=1, description="Micro-batches per step per replica: gradient accumulation, or pipeline micro-batches"
+    )
+    pp_schedule: Schedule = "1f1b"
+    pp_virtual_stages: int = Field(1, ge=1, description="Model chunks per pipeline rank (interleaved 1F1B)")
+    ddp_bucket_mb: float = Field(25.0, gt=0, description="DDP bucket_cap_mb")
+    comm_hook: CommHook = Field("none", description="DDP gradient compression hook (changes numerics)")
+    zero_reduce_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed reduce_bucket_size (elements)")
+    zero_allgather_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed allgather_bucket_size (elements)")
+    zero_overlap_comm: bool = True
+    zero_hpz_partition_size: int = Field(1, ge=1, description="ZeRO++ hpZ: secondary param shard group size (node)")
+    recompute: bool = Field(False, description="Full activation recompute (checkpointing) per layer")
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallel with TP")
+    nodes: int = Field(1, ge=1, description="Nodes used")
+    devices_per_node: int = Field(1, ge=1, description="Devices used on each node")
+    mesh_order: MeshOrder = Field("tp-dp-pp", description="Rank layout, fastest-varying first")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Plan":
+        world = self.dp * self.tp * self.pp
+        if world != self.nodes * self.devices_per_node:
+            raise ValueError(
+                f"plan degrees dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {world} do not match the devices used "
+                f"nodes*devices_per_node = {self.nodes}*{self.devices_per_node}; make them equal"
+            )
+        if self.zero_stage and (self.tp > 1 or self.pp > 1):
+            raise ValueError("ZeRO stages are supported with pure data parallelism only (tp=1, pp=1)")
+        if self.zero_offload and not self.zero_stage:
+            raise ValueError("zero_offload needs zero_stage >= 1")
+        if self.pp == 1 and (self.pp_virtual_stages != 1):
+            raise ValueError("pp_virtual_stages > 1 needs pp > 1")
+        if self.pp_schedule == "interleaved" and self.pp_virtual_stages < 2:
+            raise ValueError("the interleaved schedule needs pp_virtual_stages >= 2")
+        if self.pp > 1 and self.pp_schedule in ("1f1b", "interleaved") and self.num_micro_batches < self.pp:
+            raise ValueError(
+                f"1F1B needs at least as many micro-batches as stages (m={self.num_micro_batches} < pp={self.pp})"
+            )
+        if self.pp_schedule == "interleaved" and self.num_micro_batches % self.pp:
+            raise ValueError("interleaved 1F1B needs num_micro_batches divisible by pp")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+        if self.comm_hook != "none" and (self.zero_stage or self.dp == 1):
+            raise ValueError("DDP comm hooks apply to plain data parallelism (dp > 1, zero_stage = 0)")
+        if self.zero_hpz_partition_size > 1:
+            if self.zero_stage != 3:
+                raise ValueError("hpZ (zero_hpz_partition_size > 1) needs zero_stage 3")
+            if self.dp % self.zero_hpz_partition_size:
+                raise ValueError("zero_hpz_partition_size must divide dp")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def strategy(self) -> str:
+        """Short human label: single, dp, tp, pp, zero1..3, zero3-offload, or a hybrid like tp2xdp2."""
+        if self.world_size == 1:
+            return "single" if not self.zero_stage else f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
+        if self.zero_stage:
+            return f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
+        parts = [(n, d) for n, d in (("tp", self.tp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
+        if len(parts) == 1:
+            return parts[0][0]
+        return "x".join(f"{n}{d}" for n, d in parts)
+
+    def per_replica_batch(self) -> int:
+        """Sequences one data-parallel replica handles per optimizer step."""
+        return self.micro_batch_size * self.num_micro_batches
+
+    def global_batch(self) -> int:
+        return self.dp * self.per_replica_batch()
+
+    def to_string(self) -> str:
+        """Compact form accepted by `parse_plan` and `gpuadvisor predict --plan`."""
+        d = self.model_dump()
+        default = Plan().model_dump()
+        keys = ["dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "nodes", "devices_per_node"]
+        out = [f"{_SHORT.get(k, k)}={d[k]}" for k in keys]
+        for k, v in d.items():
+            if k not in keys and v != default[k]:
+                out.append(f"{_SHORT.get(k, k)}={_fmt(v)}")
+        return ",".join(out)
+
+
+_SHORT = {"zero_stage": "zero", "micro_batch_size": "mb", "num_micro_batches": "m", "devices_per_node": "gpn",
+          "pp_schedule": "schedule", "zero_offload": "offload", "ddp_bucket_mb": "bucket_mb"}
+_LONG = {v: k for k, v in _SHORT.items()}
+
+
+def _fmt(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def parse_plan(text: str, **defaults: object) -> Plan:
+    """Parse 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (short or long field names) into a validated Plan.
+
+    `defaults` fill fields the text leaves out (e.g. nodes/devices_per_node from the cluster).
+    """
+    fields = dict(defaults)
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"plan item '{item}' is not key=value; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
+        k, v = (s.strip() for s in item.split("=", 1))
+        k = _LONG.get(k, k)
+        if k not in Plan.model_fields:
+            known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
+            raise ValueError(f"unknown plan key '{k}'; known keys: {known}")
+        fields[k] = v
+    if "nodes" not in fields and "devices_per_node" not in fields:
+        fields["devices_per_node"] = int(fields.get("dp", 1)) * int(fields.get("tp", 1)) * int(fields.get("pp", 1))
+    try:
+        return Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
+    except Exception as exc:  # pydantic ValidationError -> one line
+        raise ValueError(f"invalid plan '{text}': {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    errs = getattr(exc, "errors", None)
+    if callable(errs):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}" for e in errs())
+    return str(exc)
+
+
+def check_plan_for(plan: Plan, workload: Workload) -> None:
+    """Raise ValueError if `plan` cannot run `workload` (divisibility of batch, heads, layers)."""
+    t = workload.training
+    if plan.global_batch() != t.global_batch:
+        raise ValueError(
+            f"plan batch dp*mb*m = {plan.dp}*{plan.micro_batch_size}*{plan.num_micro_batches} = "
+            f"{plan.global_batch()} != global batch {t.global_batch}; pick mb and m with dp*mb*m = {t.global_batch}"
+        )
+    m = workload.model
+    if m.kind != "transformer":
+        if plan.tp > 1 or plan.pp > 1:
+            raise ValueError(f"model '{m.name}' is generic (params + FLOPs): only DP/ZeRO plans apply, not tp/pp")
+        return
+    if m.n_heads % plan.tp:
+        raise ValueError(f"tp={plan.tp} does not divide the {m.n_heads} attention heads of '{m.name}'")
+    if m.d_ff % plan.tp:
+        raise ValueError(f"tp={plan.tp} does not divide d_ff={m.d_ff} of '{m.name}'")
+    chunks = plan.pp * plan.pp_virtual_stages
+    if m.n_layers < chunks:
+        raise ValueError(f"pp*virtual={chunks} exceeds the {m.n_layers} layers of '{m.name}'")
+    if plan.sequence_parallel and t.seq_len % plan.tp:
+        raise ValueError(f"sequence parallel needs seq_len {t.seq_len} divisible by tp={plan.tp}")
