@@ -1,0 +1,1 @@
+"""Cost model: analytical memory/compute/communication, rules from the seeds, learned correction."""
