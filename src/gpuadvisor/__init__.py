@@ -1,2 +1,14 @@
-"""gpuadvisor: probe a few GPUs, rank DP/TP/PP/ZeRO plans, confirm with trials, hand over a launch config."""
+"""gpuadvisor: probe a few GPUs, rank DP/TP/PP/ZeRO plans, confirm with trials, hand over a launch config.
+
+Python API (returns pydantic models)::
+
+    import gpuadvisor
+    s = gpuadvisor.suggest("1.5B", preset="nano-cluster-2x2-a40-1gbe")
+    s.ranking.top[0].plan, s.launch.nodes[0].argv
+"""
 __version__ = "0.1.0"
+
+from .api import Suggestion, confirm, launch_config, make_workload, predict, probe, resolve_cluster, suggest  # noqa: E402
+
+__all__ = ["Suggestion", "__version__", "confirm", "launch_config", "make_workload", "predict", "probe",
+           "resolve_cluster", "suggest"]

@@ -1,0 +1,167 @@
+"""The public Python API: the whole pipeline in a few readable lines.
+
+    probe ──► cluster ──► candidates ──► cost model ──► ranking ──► trials ──► launch config
+
+Each stage is its own package; this module only composes them. Nothing here imports torch:
+ranking must start fast (trials run the trainers in subprocesses).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from pydantic import Field
+
+from .errors import UserError
+from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
+from .schemas._base import Frozen
+
+#: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
+FALLBACK_PRESET = "nano-cluster-2x2-a40-1gbe"
+
+
+class Suggestion(Frozen):
+    """What `suggest` returns: the ranking, the launch config of the winner, and where the cluster came from."""
+
+    ranking: Ranking
+    cluster: Cluster
+    workload: Workload
+    launch: Optional[LaunchConfig] = Field(None, description="Launch config of the top plan (None if nothing fits)")
+    notes: list[str] = Field(default_factory=list, description="E.g. that a bundled preset was used")
+
+
+def probe(*, sysfs_root: str = "/", topo_text: Optional[str] = None) -> ProbeReport:
+    """Inventory this host: GPUs (NVML), topology (nvidia-smi topo -m), NICs, CPU/RAM. Never raises on odd hardware."""
+    from .probe.inventory import probe_host
+
+    return probe_host(sysfs_root=sysfs_root, topo_text=topo_text)
+
+
+def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: Optional[str] = None,
+                    cpu_ranks: Optional[int] = None) -> tuple[Cluster, list[str]]:
+    """Turn --cluster/--preset/nothing into a Cluster, with notes saying where it came from.
+
+    `cluster` may be a Cluster, a cluster file path, or "local" (probe this host now). With neither
+    cluster nor preset: probe this host; if it has no GPU (and no cpu_ranks were asked for) fall back
+    to the bundled FALLBACK_PRESET and say so.
+    """
+    from .hardware.presets import load_preset
+
+    if isinstance(cluster, Cluster):
+        return cluster, []
+    if cluster is not None and preset is not None:
+        raise UserError("give either --cluster or --preset, not both")
+    if preset is not None:
+        return load_preset(preset), [f"cluster: bundled preset '{preset}'"]
+    if cluster is not None and str(cluster) != "local":
+        from .hardware.cluster_file import load_cluster
+
+        path = Path(cluster)
+        if not path.is_file():
+            raise UserError(f"cluster file '{path}' not found; write one (docs/cluster-file.md) or use --preset NAME")
+        return load_cluster(path), [f"cluster: file '{path}'"]
+    from .hardware.build import cluster_from_probe
+
+    report = probe()
+    if report.gpus or cpu_ranks:
+        built = cluster_from_probe(report, cpu_ranks=cpu_ranks)
+        what = f"{len(report.gpus)} GPU(s)" if report.gpus else f"{cpu_ranks} CPU rank(s) (gloo)"
+        return built, [f"cluster: probed this host '{report.hostname}': {what}"]
+    if str(cluster) == "local":
+        raise UserError("this host has no GPU; pass --cpu-ranks N to use CPU ranks, or --preset NAME")
+    reason = report.nvml_error or "NVML reports no GPU"
+    return load_preset(FALLBACK_PRESET), [
+        f"no GPU on this machine ({reason}); using the bundled preset '{FALLBACK_PRESET}' "
+        "(seed 000's nano-cluster: 2 nodes x 2 A40, PCIe, 1 GbE). Use --preset NAME or --cluster FILE to choose."
+    ]
+
+
+def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+                  precision: str = "bf16", token_budget: Optional[float] = None,
+                  allow_batch_change: bool = False) -> Workload:
+    """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings."""
+    from .workload.specs import make_workload as _make
+
+    kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                   token_budget=token_budget, allow_batch_change=allow_batch_change).items()
+              if v is not None}
+    return _make(model, **kwargs)
+
+
+def _correction(use_learned: bool):
+    """The learned correction if one can be fitted from the measurement rows, else None (analytical only)."""
+    if not use_learned:
+        return None
+    try:
+        from .costmodel.learned import load_default
+    except ImportError:
+        return None
+    return load_default()
+
+
+def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
+            preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
+            global_batch: Optional[int] = None, precision: str = "bf16", token_budget: Optional[float] = None,
+            allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
+            price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
+            use_learned: bool = False) -> Suggestion:
+    """Rank every feasible plan for `model` on the cluster and return the winner's launch config.
+
+    Args:
+        model: a size ("1.5B"), a preset name ("gpt2-xl"), a HuggingFace config.json path, or a Workload.
+        cluster: a Cluster, a cluster file, "local", or None (probe; no GPU -> bundled preset).
+        preset: name of a bundled cluster preset (`gpuadvisor presets`).
+        objective: throughput | memory | time | cost.
+        what_if: cluster modifications such as "nic=10gbe" or "gpus=2x4" applied before ranking.
+        use_learned: apply the learned correction fitted on knowledge/ and local measurements.
+    """
+    from .launch import build_launch
+    from .ranking import apply_what_if, rank
+
+    clus, notes = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+    for spec in what_if or []:
+        clus = apply_what_if(clus, spec)
+        notes.append(f"what-if: {spec}")
+    wl = model if isinstance(model, Workload) else make_workload(
+        model, seq_len=seq_len, global_batch=global_batch, precision=precision,
+        token_budget=token_budget, allow_batch_change=allow_batch_change)
+    ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
+                   correction=_correction(use_learned))
+    launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
+    return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes)
+
+
+def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
+            preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
+            global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False) -> Estimate:
+    """Predict throughput, step-time and memory breakdown for one given plan."""
+    from .costmodel.combine import estimate
+    from .schemas import check_plan_for, parse_plan
+
+    clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+    wl = model if isinstance(model, Workload) else make_workload(
+        model, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    p = plan if isinstance(plan, Plan) else parse_plan(plan)
+    check_plan_for(p, wl)
+    return estimate(p, clus, wl, correction=_correction(use_learned))
+
+
+def launch_config(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None) -> LaunchConfig:
+    """Render a plan as per-node launch commands, DeepSpeed JSON and environment."""
+    from .launch import build_launch
+
+    return build_launch(plan, cluster, workload, estimate)
+
+
+def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
+            preset: Optional[str] = None, cpu_ranks: Optional[int] = None, top_k: int = 3,
+            budget_s: float = 900.0, steps: int = 20, warmup: int = 3, storage: Optional[str] = None,
+            seq_len: Optional[int] = None, global_batch: Optional[int] = None, precision: str = "bf16",
+            **kwargs):
+    """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner."""
+    from .trials.study import confirm as _confirm
+
+    clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+    wl = model if isinstance(model, Workload) else make_workload(
+        model, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    return _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)

@@ -1,0 +1,141 @@
+"""Plain-text rendering of rankings and estimates for the terminal (no colour codes, fits 110 columns)."""
+from __future__ import annotations
+
+from ..schemas import Cluster, Estimate, Ranking, Workload
+
+GIB = 1024 ** 3
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB' (binary units, as nvidia-smi and torch report memory)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def human_rate(x: float) -> str:
+    """Tokens/s with k/M suffix."""
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.1f}k"
+    if x >= 1e3:
+        return f"{x / 1e3:.2f}k"
+    return f"{x:.1f}"
+
+
+def human_time(s: float) -> str:
+    """Seconds as s / min / h / days."""
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def describe_cluster(c: Cluster) -> str:
+    """One line: nodes x devices, device name and memory, network."""
+    counts = sorted({len(n.devices) for n in c.nodes})
+    dev = c.nodes[0].devices[0] if c.nodes[0].devices else None
+    per = "/".join(map(str, counts))
+    what = f"{dev.name} {human_bytes(dev.memory_bytes)}" if dev else "no devices"
+    line = f"{c.name}: {len(c.nodes)} node(s) x {per} {what}"
+    if c.network and len(c.nodes) > 1:
+        n = c.network
+        speed = f"{n.link_speed_gbit_per_s:g} Gb/s " if n.link_speed_gbit_per_s else ""
+        line += f"; network {speed}{n.protocol} ~{n.bandwidth_gb_per_s:.2f} GB/s"
+    return line
+
+
+def describe_workload(w: Workload) -> str:
+    """One line: model name, params, seq len, batch, precision."""
+    m, t = w.model, w.training
+    params = f"{m.params / 1e9:.2f}B" if m.params >= 1e9 else f"{m.params / 1e6:.0f}M"
+    if m.kind == "transformer":
+        return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
+                f"global batch {t.global_batch}, {t.precision}")
+    return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"
+
+
+def plan_label(e: Estimate) -> str:
+    """Compact plan description for a table row."""
+    p = e.plan
+    bits = [p.strategy]
+    if p.nodes > 1:
+        bits.append(f"{p.nodes}x{p.devices_per_node}")
+    elif p.world_size > 1:
+        bits.append(f"1x{p.devices_per_node}")
+    bits.append(f"mb={p.micro_batch_size}")
+    if p.num_micro_batches > 1:
+        bits.append(f"m={p.num_micro_batches}")
+    if p.pp > 1:
+        bits.append(p.pp_schedule)
+    if p.recompute:
+        bits.append("recompute")
+    if p.comm_hook != "none":
+        bits.append(f"hook={p.comm_hook}")
+    if p.zero_hpz_partition_size > 1:
+        bits.append(f"hpz={p.zero_hpz_partition_size}")
+    return " ".join(bits)
+
+
+def render_ranking(r: Ranking, cluster: Cluster, workload: Workload, *, details: int = 1) -> str:
+    """The ranked table plus a breakdown of the top `details` plans."""
+    unit = "tok/s" if workload.model.kind == "transformer" else "samples/s"
+    out = [f"Cluster : {describe_cluster(cluster)}", f"Model   : {describe_workload(workload)}",
+           f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}.", ""]
+    if not r.top:
+        out.append(f"Nothing fits. {r.fits_nowhere or ''}".rstrip())
+        if r.infeasible_reasons:
+            out.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
+        return "\n".join(out)
+    hdr = f"{'#':>2}  {'plan':<40} {unit:>9} {'eff':>5} {'step':>8} {'peak mem':>10} {'net/step':>10}"
+    out += [hdr, "-" * len(hdr)]
+    for i, e in enumerate(r.top, 1):
+        eff = f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-"
+        out.append(f"{i:>2}  {plan_label(e):<40.40} {human_rate(e.tokens_per_s):>9} {eff:>5} "
+                   f"{e.step_time_s * 1e3:>6.0f}ms {human_bytes(e.memory.total):>10} "
+                   f"{human_bytes(e.network_bytes_per_step):>10}")
+    for i, e in enumerate(r.top[:details], 1):
+        out += ["", f"#{i} {plan_label(e)}", *render_estimate(e, indent="  ")]
+    return "\n".join(out)
+
+
+def render_estimate(e: Estimate, indent: str = "") -> list[str]:
+    """Step-time and memory breakdown, rules and reasons of one estimate."""
+    s, m = e.step, e.memory
+    total = max(s.total_s, 1e-12)
+    parts = [("compute", s.compute_s), *((f"comm {k}", v) for k, v in s.comm_exposed_s.items()),
+             ("pipeline bubble", s.bubble_s), ("offload", s.offload_s), ("optimizer", s.optimizer_s),
+             ("overhead", s.overhead_s)]
+    lines = [f"{indent}plan: {e.plan.to_string()}",
+             f"{indent}step {s.total_s * 1e3:.1f} ms = " + ", ".join(
+                 f"{k} {v * 1e3:.1f} ms ({100 * v / total:.0f}%)" for k, v in parts if v > 0)]
+    mem = [("weights", m.weights), ("grads", m.gradients), ("optimizer", m.optimizer),
+           ("activations", m.activations), ("logits", m.logits), ("comm buffers", m.comm_buffers),
+           ("framework", m.framework)]
+    lines.append(f"{indent}peak memory {human_bytes(m.total)} of {human_bytes(e.memory_capacity_bytes)} = "
+                 + ", ".join(f"{k} {human_bytes(v)}" for k, v in mem if v > 0))
+    if e.host_memory_bytes:
+        lines.append(f"{indent}host memory for offload: {human_bytes(e.host_memory_bytes)} per node")
+    if e.link_bytes_per_step:
+        lines.append(f"{indent}bytes per step: " + ", ".join(
+            f"{k} {human_bytes(v)}" for k, v in e.link_bytes_per_step.items()))
+    if e.network_bytes_per_run is not None:
+        lines.append(f"{indent}over the network for the token budget: {human_bytes(e.network_bytes_per_run)}")
+    if e.time_to_train_s is not None:
+        cost = f", cost {e.cost:.2f}" if e.cost is not None else ""
+        lines.append(f"{indent}time to train the token budget: {human_time(e.time_to_train_s)}{cost}")
+    if e.learned_factor != 1.0:
+        unc = f" ± {e.learned_uncertainty:.0%}" if e.learned_uncertainty else ""
+        lines.append(f"{indent}learned correction x{e.learned_factor:.2f}{unc} "
+                     f"(analytical {human_rate(e.analytical_tokens_per_s)}/s)")
+    for rule in e.rules:
+        lines.append(f"{indent}[{rule.severity}] {rule.message} ({rule.source})")
+    for reason in e.reasons:
+        lines.append(f"{indent}why: {reason}")
+    return lines

@@ -1,0 +1,132 @@
+"""`gpuadvisor suggest`: rank every feasible plan for a model on a cluster and hand over a launch config."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    """--cluster/--preset/--cpu-ranks, shared by suggest, predict and study."""
+    g = p.add_argument_group("cluster (default: probe this host; no GPU -> a bundled preset)")
+    g.add_argument("--cluster", metavar="FILE", help="cluster file (YAML/JSON, docs/cluster-file.md) or 'local'")
+    g.add_argument("--preset", metavar="NAME", help="bundled cluster preset (see `gpuadvisor presets`)")
+    g.add_argument("--cpu-ranks", type=int, metavar="N", help="use N CPU ranks (gloo) on a GPU-less host")
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """--model and training settings, shared by suggest, predict and study."""
+    p.add_argument("--model", required=True,
+                   help="size (1.5B, 350M, 7B), preset (gpt2-xl, llama-7b, resnet18) or a HF config.json path")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence")
+    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (all ranks)")
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+
+
+def parse_duration(text: str) -> float:
+    """'15m' / '90s' / '1h' / '300' -> seconds; one-line error otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise UserError(f"cannot read duration '{text}'; write e.g. 90s, 15m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("suggest", help="rank parallel plans for a model and emit a launch config",
+                       description="Rank every feasible DP/TP/PP/ZeRO plan for a model on your cluster.")
+    add_workload_args(p)
+    add_cluster_args(p)
+    p.add_argument("--token-budget", type=float, help="total training tokens (time-to-train, cost, bytes per run)")
+    p.add_argument("--allow-batch-change", action="store_true",
+                   help="let the advisor change the global batch (the launch config states the LR change)")
+    p.add_argument("--objective", choices=["throughput", "memory", "time", "cost"], default="throughput")
+    p.add_argument("--price-per-gpu-hour", type=float, help="for --objective cost")
+    p.add_argument("--top", type=int, default=5, help="how many plans to show (default 5)")
+    p.add_argument("--what-if", action="append", default=[], metavar="SPEC",
+                   help="re-rank on a modified cluster, e.g. nic=10gbe, gpus=2x4 (repeatable)")
+    p.add_argument("--learned", action="store_true", help="apply the learned correction from measurements")
+    p.add_argument("--emit", metavar="DIR", help="write launch.sh, job.json, ds_config.json, env.sh to DIR")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    g = p.add_argument_group("confirm with real trial runs")
+    g.add_argument("--confirm", type=int, metavar="K", help="run short trials of the top K plans (Optuna study)")
+    g.add_argument("--budget", default="15m", help="wall-clock budget for --confirm (e.g. 3m, 900s)")
+    g.add_argument("--steps", type=int, default=20, help="timed steps per trial")
+    g.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps per trial")
+    g.add_argument("--storage", help="Optuna storage URL (default: SQLite in the user data dir)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import api
+    from .render import human_rate, render_ranking
+
+    common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
+                  global_batch=args.global_batch, precision=args.precision)
+    if args.top < 1:
+        raise UserError(f"--top must be at least 1, got {args.top}")
+    base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
+                       objective=args.objective, top=args.top, price_per_gpu_hour=args.price_per_gpu_hour,
+                       use_learned=args.learned, **common)
+    result = base
+    if args.what_if:
+        result = api.suggest(base.workload, cluster=base.cluster, what_if=args.what_if, objective=args.objective,
+                             top=args.top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
+    confirmed = None
+    if args.confirm:
+        confirmed = api.confirm(base.workload, cluster=result.cluster, top_k=args.confirm,
+                                budget_s=parse_duration(args.budget), steps=args.steps, warmup=args.warmup,
+                                storage=args.storage)
+    if args.emit:
+        _emit(result, Path(args.emit), args.steps, confirmed)
+    if args.json:
+        payload = result.model_dump(mode="json")
+        if args.what_if:
+            payload["what_if_baseline"] = base.ranking.model_dump(mode="json")
+        if confirmed is not None:
+            payload["confirm"] = confirmed.model_dump(mode="json")
+        json.dump(payload, sys.stdout, indent=2)
+        print()
+        return 0 if result.ranking.top else 3
+    for note in base.notes:
+        print(f"note: {note}")
+    if args.what_if:
+        print(render_ranking(base.ranking, base.cluster, base.workload, details=0))
+        print()
+        b = base.ranking.top[0].tokens_per_s if base.ranking.top else 0.0
+        w = result.ranking.top[0].tokens_per_s if result.ranking.top else 0.0
+        gain = f"x{w / b:.2f}" if b > 0 else "n/a"
+        print(f"=== what-if {', '.join(args.what_if)}: best {human_rate(b)} -> {human_rate(w)} per s ({gain}) ===")
+    print(render_ranking(result.ranking, result.cluster, result.workload))
+    if result.launch is not None:
+        print()
+        print("Launch (top plan):")
+        from ..launch import render_launch
+
+        print(render_launch(result.launch))
+    if confirmed is not None:
+        from ..trials.render import render_confirm
+
+        print()
+        print(render_confirm(confirmed))
+    if args.emit:
+        print(f"\nwrote launch files to {args.emit}/ (start with: bash {args.emit}/launch.sh)")
+    return 0 if result.ranking.top else 3
+
+
+def _emit(result, out_dir: Path, steps: int, confirmed) -> None:
+    """Write the launch script and config files of the winner (the confirmed one if trials ran)."""
+    from ..launch import build_launch, emit
+    from ..schemas import TrainerJob
+
+    launch = result.launch
+    if confirmed is not None and getattr(confirmed, "winner", None) is not None:
+        launch = build_launch(confirmed.winner, result.cluster, result.workload, confirmed.winner_estimate)
+    if launch is None:
+        raise UserError("nothing fits on this cluster, so there is no launch config to emit; see the ranking output")
+    job = TrainerJob(plan=launch.plan, workload=result.workload, steps=steps,
+                     trainer_model="gpt" if result.workload.model.kind == "transformer" else "resnet18")
+    emit(launch, job, out_dir)
