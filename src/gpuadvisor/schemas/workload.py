@@ -22,6 +22,12 @@ class ModelSpec(Frozen):
     vocab_size: int = 0
     max_seq_len: int = Field(0, description="Learned position table length (0 for rotary/none)")
     tied_embeddings: bool = True
+    n_kv_heads: int = Field(0, description="Key/value heads (grouped-query attention, e.g. Llama-2-70B); 0 = n_heads")
+    mlp: Literal["gelu", "swiglu"] = Field(
+        "gelu",
+        description="gelu: GPT-2 block (2-matrix MLP, biases, LayerNorm); "
+        "swiglu: Llama block (3-matrix gated MLP, no biases, RMSNorm)",
+    )
     params_override: Optional[int] = Field(None, description="Parameter count for generic models")
     flops_per_sample: Optional[float] = Field(None, description="Training FLOPs per sample (generic models)")
     activation_bytes_per_sample: Optional[float] = Field(None, description="Peak activation bytes per sample (generic)")
@@ -37,6 +43,10 @@ class ModelSpec(Frozen):
                 raise ValueError(
                     f"model '{self.name}': d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
                 )
+            if self.n_kv_heads < 0 or (self.n_kv_heads and self.n_heads % self.n_kv_heads):
+                raise ValueError(
+                    f"model '{self.name}': n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads}"
+                )
         else:
             if not self.params_override or not self.flops_per_sample:
                 raise ValueError(
@@ -46,14 +56,26 @@ class ModelSpec(Frozen):
 
     @property
     def params(self) -> int:
-        """Parameter count: 12·L·h² + 13·L·h (approx. with biases/norms) + embeddings (V·h + S·h)."""
+        """Parameter count from the shape (exact for GPT-2 and Llama checkpoints).
+
+        gelu (GPT-2, Radford et al. 2019): per layer 4h² attention + 2·h·d_ff MLP + biases (5h + d_ff)
+        + two LayerNorms (4h); final LayerNorm 2h. swiglu (Llama, Touvron et al. 2023): per layer
+        2h² + 2·h·h_kv attention (h_kv = h·n_kv_heads/n_heads) + 3·h·d_ff gated MLP + two RMSNorms (2h),
+        no biases; final RMSNorm h. Embeddings V·h plus S·h learned positions, plus V·h for an untied head.
+        """
         if self.params_override:
             return int(self.params_override)
-        h, L = self.d_model, self.n_layers
-        per_layer = 2 * h * self.d_ff + 4 * h * h + 9 * h + self.d_ff  # attn qkv+proj, mlp, biases, 2 norms
+        h, L, f = self.d_model, self.n_layers, self.d_ff
+        kv = h * (self.n_kv_heads or self.n_heads) // self.n_heads
+        if self.mlp == "swiglu":
+            per_layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
+            final_norm = h
+        else:
+            per_layer = 2 * h * h + 2 * h * kv + 2 * h * f + 9 * h + f
+            final_norm = 2 * h
         emb = self.vocab_size * h + self.max_seq_len * h
         head = 0 if self.tied_embeddings else self.vocab_size * h
-        return int(L * per_layer + emb + head + 2 * h)
+        return int(L * per_layer + emb + head + final_norm)
 
 
 class TrainingSettings(Frozen):

@@ -1,0 +1,98 @@
+"""Training settings (sequence length, batch, precision) with validation, and the Workload they make."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional, Union
+
+from ..errors import UserError
+from ..schemas.workload import ModelSpec, TrainingSettings, Workload
+from .catalog import Preset
+from .hf_config import _first_error
+from .specs import resolve_preset
+
+DEFAULT_SEQ_LEN = 1024
+DEFAULT_GLOBAL_BATCH = 8
+_PRECISIONS = ("fp32", "bf16", "fp16")
+_OPTIMIZERS = ("adam", "adamw", "sgd")
+
+
+def _positive(name: str, value: Any, flag: str) -> int:
+    """`value` as a positive int or a one-line UserError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"{name} must be a positive integer, got {value!r}; pass e.g. {flag}")
+    return value
+
+
+def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+                      tokens_per_step: Optional[int] = None, precision: str = "bf16", *,
+                      optimizer: str = "adamw", allow_recompute: bool = True, allow_batch_change: bool = False,
+                      token_budget: Optional[float] = None, model: Optional[ModelSpec] = None,
+                      default_seq_len: Optional[int] = None,
+                      default_global_batch: Optional[int] = None) -> TrainingSettings:
+    """Validated TrainingSettings.
+
+    seq_len defaults to `default_seq_len`, else min(model's learned position table, 1024), else 1024.
+    The batch is given as `global_batch` (sequences) or `tokens_per_step` (a multiple of seq_len); both
+    must agree when both are given; default `default_global_batch`, else 8. With `model`, seq_len may not
+    exceed a learned position table, and generic (non-token) models reject tokens_per_step.
+    Raises UserError with the fix on bad input.
+    """
+    generic = model is not None and model.kind == "generic"
+    if precision not in _PRECISIONS:
+        raise UserError(f"unknown precision '{precision}'; use one of {', '.join(_PRECISIONS)}")
+    if optimizer not in _OPTIMIZERS:
+        raise UserError(f"unknown optimizer '{optimizer}'; use one of {', '.join(_OPTIMIZERS)}")
+    if seq_len is None:
+        table = model.max_seq_len if model is not None and model.kind == "transformer" else 0
+        seq_len = default_seq_len or (min(table, DEFAULT_SEQ_LEN) if table else DEFAULT_SEQ_LEN)
+    _positive("seq_len", seq_len, "--seq-len 1024")
+    if model is not None and model.kind == "transformer" and model.max_seq_len and seq_len > model.max_seq_len:
+        raise UserError(f"seq_len {seq_len} exceeds the {model.max_seq_len} learned positions of "
+                        f"'{model.name}'; use --seq-len {model.max_seq_len} or less")
+    if tokens_per_step is not None:
+        if generic:
+            raise UserError(f"'{model.name}' is not a token model; give --global-batch (samples), "
+                            "not --tokens-per-step")
+        _positive("tokens_per_step", tokens_per_step, "--tokens-per-step 8192")
+        if tokens_per_step % seq_len:
+            lo = max(seq_len, tokens_per_step // seq_len * seq_len)
+            raise UserError(f"tokens_per_step {tokens_per_step} is not a multiple of seq_len {seq_len}; "
+                            f"use {lo} or {lo + seq_len}")
+        from_tokens = tokens_per_step // seq_len
+        if global_batch is not None and global_batch != from_tokens:
+            raise UserError(f"global_batch {global_batch} x seq_len {seq_len} != tokens_per_step "
+                            f"{tokens_per_step}; give only one of --global-batch and --tokens-per-step")
+        global_batch = from_tokens
+    if global_batch is None:
+        global_batch = default_global_batch or DEFAULT_GLOBAL_BATCH
+    _positive("global_batch", global_batch, "--global-batch 8")
+    if token_budget is not None and not token_budget > 0:
+        raise UserError(f"token_budget must be positive, got {token_budget!r}")
+    try:
+        return TrainingSettings(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                optimizer=optimizer, allow_recompute=allow_recompute,
+                                allow_batch_change=allow_batch_change, token_budget=token_budget)
+    except ValueError as exc:
+        raise UserError(f"training settings: {_first_error(exc)}") from None
+
+
+def make_workload(model: Union[str, ModelSpec], **settings: Any) -> Workload:
+    """Workload from a model description (see resolve_model) and training_settings keywords.
+
+    Presets bring their defaults: the A6000 paper's sizes use its Table I seq len and batch (and fp32
+    for 10M unless `precision` is given); others seq_len = min(max_seq_len, 1024) and global batch 8.
+    """
+    preset: Optional[Preset] = None
+    spec = model if isinstance(model, ModelSpec) else None
+    if spec is None:
+        spec, preset = resolve_preset(model)
+    unknown = set(settings) - (set(inspect.signature(training_settings).parameters) - {"model"})
+    if unknown:
+        raise UserError(f"unknown training setting(s) {', '.join(sorted(unknown))}; known: seq_len, global_batch, "
+                        "tokens_per_step, precision, optimizer, allow_recompute, allow_batch_change, token_budget")
+    if preset is not None:
+        settings.setdefault("default_seq_len", preset.default_seq_len)
+        settings.setdefault("default_global_batch", preset.default_global_batch)
+        if preset.default_precision and "precision" not in settings:
+            settings["precision"] = preset.default_precision
+    return Workload(model=spec, training=training_settings(model=spec, **settings))

@@ -1,0 +1,99 @@
+"""Turn what the user typed ("1.5B", "gpt2-xl", "path/config.json", --layers ...) into a ModelSpec."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from ..errors import UserError
+from ..schemas.workload import ModelSpec
+from . import catalog
+from .hf_config import _first_error, looks_like_path, model_from_hf_config
+
+
+def resolve_model(text: str) -> ModelSpec:
+    """Resolve a model description into a ModelSpec.
+
+    Accepts a size ("1.5B", "350M", "125m"; snapped to the nearest documented shape when within ±20%,
+    noted in `ModelSpec.source`), a preset name or alias ("gpt2-xl", "llama-7b", "resnet18"), or the path
+    of a HuggingFace config.json (or of a folder holding one). Raises UserError otherwise.
+    """
+    return resolve_preset(text)[0]
+
+
+def resolve_preset(text: str) -> tuple[ModelSpec, Optional[catalog.Preset]]:
+    """Like resolve_model, also returning the catalog entry (workload defaults) when there is one."""
+    t = (text or "").strip()
+    if not t:
+        raise UserError("no model given; pass a size (e.g. 1.5B), a preset (e.g. gpt2-xl) or a config.json path")
+    preset = catalog.lookup(t)
+    if preset is not None:
+        return _described(preset.spec, preset), preset
+    if looks_like_path(t):
+        return model_from_hf_config(t), None
+    n = catalog.parse_size(t)
+    if n is not None:
+        preset, label, rel = catalog.nearest_size(n)
+        spec = _described(preset.spec, preset)
+        if rel == 0:
+            source = f"size {label} -> {preset.key}; {spec.source}"
+        else:
+            source = (f"size {catalog.format_size(n)} is not documented; snapped to {label} ({preset.key}, "
+                      f"{rel:.1%} away); {spec.source}")
+        return spec.model_copy(update={"name": f"{preset.key} ({label})", "source": source}), preset
+    known = ", ".join(catalog.preset_names())
+    raise UserError(f"unknown model '{t}': give a size like 1.5B, a preset ({known}) or a HuggingFace "
+                    "config.json path")
+
+
+def _described(spec: ModelSpec, preset: catalog.Preset) -> ModelSpec:
+    """The preset's spec with a display name carrying its size, and its note appended to the source."""
+    label = catalog.format_size(spec.params)
+    source = f"{spec.source}; note: {preset.note}" if preset.note else spec.source
+    return spec.model_copy(update={"name": f"{preset.key} ({label})", "source": source})
+
+
+def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:
+    """Llama's FFN width: 2/3 of 4h rounded up to `multiple_of` (Touvron et al. 2023; 4096 -> 11008)."""
+    width = int(2 * 4 * hidden / 3)
+    return multiple_of * ((width + multiple_of - 1) // multiple_of)
+
+
+def model_from_args(layers: int, hidden: int, heads: int, ffn: Optional[int] = None, vocab: int = 50257,
+                    seq: int = 1024, *, mlp: Literal["gelu", "swiglu"] = "gelu", kv_heads: int = 0,
+                    tied: Optional[bool] = None, name: Optional[str] = None) -> ModelSpec:
+    """A transformer from an explicit shape (--layers/--hidden/--heads[/--ffn/--vocab/--seq]).
+
+    ffn defaults to 4·hidden (gelu) or Llama's 8/3·hidden rounded to 256 (swiglu). `seq` is the learned
+    position table length for gelu models; swiglu models get rotary positions (no table).
+    Embeddings are tied for gelu (GPT-2) and untied for swiglu (Llama) unless `tied` says otherwise.
+    """
+    if ffn is None:
+        ffn = swiglu_ffn(hidden) if mlp == "swiglu" else 4 * hidden
+    fields = dict(n_layers=layers, d_model=hidden, n_heads=heads, d_ff=ffn, vocab_size=vocab,
+                  max_seq_len=0 if mlp == "swiglu" else seq, mlp=mlp, n_kv_heads=kv_heads,
+                  tied_embeddings=(mlp == "gelu") if tied is None else tied)
+    for key in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size"):
+        if not isinstance(fields[key], int) or fields[key] <= 0:
+            raise UserError(f"model shape: {key} must be a positive integer, got {fields[key]!r}")
+    label = name or f"custom L{layers} h{hidden} a{heads}"
+    try:
+        return ModelSpec(name=label, source=f"explicit shape: layers={layers} hidden={hidden} heads={heads} "
+                         f"ffn={ffn} vocab={vocab} seq={seq} mlp={mlp}", **fields)
+    except ValueError as exc:
+        raise UserError(f"model shape: {_first_error(exc)}; pick --heads dividing --hidden") from None
+
+
+def generic_model(name: str, params: float, flops_per_sample: float,
+                  activation_bytes_per_sample: Optional[float] = None) -> ModelSpec:
+    """A non-transformer model given by parameter count, training FLOPs per sample and activation bytes.
+
+    `flops_per_sample` is forward + backward (≈ 3 × forward); only DP/ZeRO plans apply to such models.
+    """
+    if not params or params <= 0:
+        raise UserError(f"generic model '{name}': params must be positive, got {params}")
+    if not flops_per_sample or flops_per_sample <= 0:
+        raise UserError(f"generic model '{name}': flops_per_sample must be positive, got {flops_per_sample}")
+    if activation_bytes_per_sample is not None and activation_bytes_per_sample < 0:
+        raise UserError(f"generic model '{name}': activation_bytes_per_sample must be >= 0")
+    return ModelSpec(name=name, kind="generic", params_override=int(params), flops_per_sample=float(flops_per_sample),
+                     activation_bytes_per_sample=activation_bytes_per_sample,
+                     source="user: params + FLOPs per sample")

@@ -1,0 +1,76 @@
+"""Training settings validation and make_workload defaults."""
+from __future__ import annotations
+
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.workload import make_workload, resolve_model, training_settings
+
+
+def test_defaults_without_model():
+    t = training_settings()
+    assert (t.seq_len, t.global_batch, t.precision) == (1024, 8, "bf16")
+
+
+def test_tokens_per_step_becomes_batch():
+    t = training_settings(seq_len=512, tokens_per_step=4096)
+    assert t.global_batch == 8
+
+
+def test_tokens_per_step_must_be_multiple_of_seq_len():
+    with pytest.raises(UserError, match="not a multiple of seq_len 1024; use 2048 or 3072"):
+        training_settings(seq_len=1024, tokens_per_step=3000)
+
+
+def test_batch_and_tokens_must_agree():
+    with pytest.raises(UserError, match="give only one of"):
+        training_settings(seq_len=1024, global_batch=4, tokens_per_step=8192)
+    assert training_settings(seq_len=1024, global_batch=8, tokens_per_step=8192).global_batch == 8
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"seq_len": 0}, "seq_len must be a positive integer"),
+    ({"global_batch": -2}, "global_batch must be a positive integer"),
+    ({"precision": "fp8"}, "unknown precision 'fp8'"),
+    ({"optimizer": "lion"}, "unknown optimizer"),
+    ({"token_budget": 0}, "token_budget must be positive"),
+])
+def test_bad_settings(kwargs, match):
+    with pytest.raises(UserError, match=match):
+        training_settings(**kwargs)
+
+
+def test_seq_len_limited_by_learned_positions():
+    with pytest.raises(UserError, match="exceeds the 1024 learned positions"):
+        training_settings(seq_len=2048, model=resolve_model("gpt2"))
+    # rotary models have no learned table
+    assert training_settings(seq_len=4096, model=resolve_model("llama-7b")).seq_len == 4096
+
+
+def test_generic_model_rejects_tokens_per_step():
+    with pytest.raises(UserError, match="not a token model"):
+        training_settings(tokens_per_step=1024, model=resolve_model("resnet18"))
+
+
+def test_make_workload_paper_defaults():
+    w = make_workload("10M")
+    assert (w.training.seq_len, w.training.global_batch, w.training.precision) == (128, 16, "fp32")
+    w = make_workload("100M")
+    assert (w.training.seq_len, w.training.global_batch, w.training.precision) == (512, 16, "bf16")
+    w = make_workload("1B")
+    assert (w.training.seq_len, w.training.global_batch) == (1024, 4)
+    assert make_workload("10M", precision="bf16").training.precision == "bf16"
+
+
+def test_make_workload_generic_defaults():
+    w = make_workload("gpt2-xl")
+    assert (w.training.seq_len, w.training.global_batch) == (1024, 8)
+    assert w.tokens_per_step == 8192
+    assert make_workload("llama-7b").training.seq_len == 1024
+    assert make_workload("resnet18").tokens_per_step == 256
+    assert make_workload(resolve_model("gpt2"), global_batch=32).training.global_batch == 32
+
+
+def test_make_workload_rejects_unknown_setting():
+    with pytest.raises(UserError, match="unknown training setting"):
+        make_workload("gpt2", batch=4)
