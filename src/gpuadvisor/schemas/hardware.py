@@ -71,6 +71,9 @@ class Nic(Frozen):
     name: str
     kind: Literal["ethernet", "infiniband", "roce", "loopback", "unknown"] = "ethernet"
     speed_gbit_per_s: Optional[float] = Field(None, description="Negotiated link speed, None if unknown/sentinel")
+    speed_max_gbit_per_s: Optional[float] = Field(
+        None, description="Fastest speed the port supports (ethtool supported link modes), None if unknown"
+    )
     mtu: Optional[int] = None
     driver: Optional[str] = None
     operstate: Optional[str] = None
