@@ -1,0 +1,150 @@
+"""Catalog lookups that build schema objects: a Device from a GPU spec, a DeviceLink from a link class,
+a Network from a link key. Shared by cluster files, presets and the probe path."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ..knowledge import GpuSpec, gpu_spec, link_spec
+from ..schemas.hardware import Device, DeviceLink, LinkClass, Network, RateSource
+
+GIB = 1024**3
+
+_NV = re.compile(r"^NV(\d+)$", re.IGNORECASE)
+
+
+def parse_link_token(token: str) -> tuple[LinkClass, int]:
+    """An nvidia-smi matrix token ('NV4', 'PXB', 'SOC', 'X', 'SHM') -> (LinkClass, nvlink count).
+
+    Raises ValueError for tokens that are not link classes.
+    """
+    tok = token.strip().upper()
+    m = _NV.match(tok)
+    if m:
+        return LinkClass.NVLINK, int(m.group(1))
+    if tok == "SOC":
+        return LinkClass.SYS, 0
+    if tok == "UNKNOWN":
+        return LinkClass.UNKNOWN, 0
+    try:
+        return LinkClass(tok), 0
+    except ValueError:
+        raise ValueError(
+            f"unknown link class '{token}'; use NV#, PIX, PXB, PHB, NODE, SYS, SHM or unknown"
+        ) from None
+
+
+def device_from_spec(
+    spec: GpuSpec,
+    index: int,
+    *,
+    memory_bytes: Optional[int] = None,
+    pcie_gen: Optional[int] = None,
+    pcie_width: Optional[int] = None,
+    rate_source: RateSource = "catalog",
+    **extra,
+) -> Device:
+    """A Device with the catalog's rates for `spec`; memory from the catalog unless given."""
+    mem = memory_bytes if memory_bytes is not None else int(spec.memory_gib * GIB)
+    return Device(
+        index=index,
+        kind=spec.kind,
+        name=spec.display_name,
+        spec_key=spec.key,
+        memory_bytes=mem,
+        compute_capability=extra.pop("compute_capability", None) or spec.compute_capability,
+        peak_tflops_bf16=spec.tflops_bf16,
+        peak_tflops_fp32=spec.tflops_fp32,
+        memory_bandwidth_gb_per_s=spec.memory_bandwidth_gb_per_s,
+        rate_source=rate_source,
+        pcie_gen=pcie_gen if pcie_gen is not None else (spec.pcie_gen if spec.kind == "gpu" else None),
+        pcie_width=pcie_width if pcie_width is not None else (16 if spec.kind == "gpu" else None),
+        **extra,
+    )
+
+
+def _p2p_for(cls: LinkClass, a: Device, b: Device, p2p: Optional[bool]) -> Optional[bool]:
+    """P2P for a pair: explicit value, else NVLink=yes, else both GPUs' catalog default."""
+    if p2p is not None:
+        return p2p
+    if cls == LinkClass.NVLINK:
+        return True
+    if cls == LinkClass.SHM or a.kind == "cpu":
+        return None
+    defaults = []
+    for d in (a, b):
+        try:
+            defaults.append(gpu_spec(d.spec_key or d.name).p2p_default)
+        except ValueError:
+            defaults.append(False)
+    return all(defaults)
+
+
+def device_link(
+    a: Device,
+    b: Device,
+    token: str | LinkClass,
+    *,
+    nvlink_count: Optional[int] = None,
+    p2p: Optional[bool] = None,
+    bandwidth_gb_per_s: Optional[float] = None,
+    latency_us: Optional[float] = None,
+    rate_source: RateSource = "catalog",
+) -> DeviceLink:
+    """The DeviceLink between devices a and b for a topology token, rates from knowledge/links.yaml.
+
+    PCIe rates use the slower end's gen x width; without P2P the host-memory bounce rate applies. Explicit
+    bandwidth/latency override the catalog (and should come with rate_source 'user' or 'measured').
+    """
+    if isinstance(token, LinkClass):
+        cls, count = token, nvlink_count or 0
+    else:
+        cls, count = parse_link_token(token)
+    if nvlink_count is not None:
+        count = nvlink_count
+    pp = _p2p_for(cls, a, b, p2p)
+    if cls == LinkClass.SHM or (a.kind == "cpu" and b.kind == "cpu"):
+        spec = link_spec("shm")
+        cls = LinkClass.SHM
+    elif cls == LinkClass.NVLINK:
+        spec = link_spec(f"NV{max(count, 1)}", gpu=a.spec_key)
+    elif cls == LinkClass.SELF:
+        raise ValueError(f"devices {a.index} and {b.index}: 'X' (self) is only valid on the diagonal")
+    else:
+        gens = [d.pcie_gen for d in (a, b) if d.pcie_gen]
+        widths = [d.pcie_width for d in (a, b) if d.pcie_width]
+        spec = link_spec(cls.value, pcie_gen=min(gens) if gens else None,
+                         pcie_width=min(widths) if widths else None, p2p=pp)
+    lo, hi = sorted((a.index, b.index))
+    return DeviceLink(
+        a=lo,
+        b=hi,
+        link_class=cls,
+        nvlink_count=count if cls == LinkClass.NVLINK else 0,
+        p2p_supported=pp,
+        bandwidth_gb_per_s=bandwidth_gb_per_s if bandwidth_gb_per_s is not None else spec.bandwidth_gb_per_s,
+        latency_us=latency_us if latency_us is not None else spec.latency_us,
+        rate_source=rate_source,
+    )
+
+
+def network_from_key(
+    key: str,
+    *,
+    nic: Optional[str] = None,
+    bandwidth_gb_per_s: Optional[float] = None,
+    latency_us: Optional[float] = None,
+    rate_source: RateSource = "catalog",
+) -> Network:
+    """A Network for a links.yaml network key ('1gbe', 'ib-hdr', ...), optional explicit overrides."""
+    spec = link_spec(key)
+    if spec.kind not in ("network", "shm"):
+        raise ValueError(f"'{key}' is an intra-node link, not a network; use e.g. 1gbe, 25gbe, ib-hdr")
+    return Network(
+        bandwidth_gb_per_s=bandwidth_gb_per_s if bandwidth_gb_per_s is not None else spec.bandwidth_gb_per_s,
+        latency_us=latency_us if latency_us is not None else spec.latency_us,
+        protocol=spec.protocol,
+        link_speed_gbit_per_s=spec.link_speed_gbit_per_s,
+        nic=nic,
+        rate_source=rate_source,
+    )

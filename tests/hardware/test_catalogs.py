@@ -1,0 +1,75 @@
+"""The GPU and link catalogs load, every entry carries a source, and lookups behave."""
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.knowledge import gpu_spec, link_spec, load_gpus, load_links
+
+REQUIRED = ["rtx3090", "rtx4090", "rtx-a6000", "a40", "l40s", "a100-pcie-40gb", "a100-pcie-80gb",
+            "a100-sxm-40gb", "a100-sxm-80gb", "h100-pcie", "h100-sxm", "h200", "v100-sxm2-16gb",
+            "v100-sxm2-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "p100-sxm2-16gb", "cpu"]
+
+
+def test_required_gpus_present_with_sources():
+    specs = {s.key: s for s in load_gpus()}
+    for key in REQUIRED:
+        assert key in specs, key
+    for s in specs.values():
+        assert len(s.source) > 20, s.key
+        assert s.tflops_bf16 > 0 and s.tflops_fp32 > 0 and s.memory_bandwidth_gb_per_s > 0
+        if s.kind == "gpu":
+            assert s.memory_gib > 0
+            assert s.tflops_bf16 >= s.tflops_fp32  # dense tensor peak is at least fp32
+
+
+def test_links_have_sources():
+    cat = load_links()
+    for name, cls in cat.pcie.classes.items():
+        assert cls.source, name
+    assert cat.pcie.no_p2p.source and cat.nvlink.efficiency_source and cat.shm.source
+    for net in cat.network:
+        assert net.source and net.bandwidth_gb_per_s > 0 and net.latency_us > 0, net.key
+
+
+@pytest.mark.parametrize("name,key", [
+    ("NVIDIA A40", "a40"),
+    ("NVIDIA RTX A6000", "rtx-a6000"),
+    ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+    ("Tesla P100-SXM2-16GB", "p100-sxm2-16gb"),
+    ("A6000", "rtx-a6000"),
+    ("a40", "a40"),
+    ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", "a100-sxm-80gb"),
+])
+def test_gpu_spec_matches_nvml_names(name, key):
+    assert gpu_spec(name).key == key
+
+
+def test_unknown_and_ambiguous_gpu():
+    with pytest.raises(UserError, match=r"unknown GPU 'A7000': add it to knowledge/gpus.yaml"):
+        gpu_spec("A7000")
+    with pytest.raises(UserError, match="ambiguous GPU 'A100'"):
+        gpu_spec("A100")
+
+
+def test_geforce_p2p_off():
+    assert not gpu_spec("rtx4090").p2p_default and not gpu_spec("rtx3090").p2p_default
+    assert gpu_spec("a40").p2p_default
+
+
+def test_link_spec_orders_and_seed_anchors():
+    pix, pxb, phb, sys_ = (link_spec(c).bandwidth_gb_per_s for c in ("PIX", "PXB", "PHB", "SYS"))
+    assert pix > pxb > phb > sys_
+    assert link_spec("PIX", p2p=False).bandwidth_gb_per_s == pytest.approx(sys_)
+    assert link_spec("pcie3-x16-pix").bandwidth_gb_per_s == pytest.approx(pix / 2, rel=0.01)
+    assert link_spec("pcie4-x8-pix").bandwidth_gb_per_s == pytest.approx(pix / 2, rel=0.01)
+    # seed 002: NVLink3 between two A100 (NV4) busbw 159.29/2 GB/s; IB HDR 21.67/2; 25 GbE 3.01/2
+    assert link_spec("NV4", gpu="a100-sxm-40gb").bandwidth_gb_per_s == pytest.approx(159.29 / 2, rel=0.02)
+    assert link_spec("ib-hdr").bandwidth_gb_per_s == pytest.approx(21.67 / 2, rel=0.02)
+    assert link_spec("25gbe").bandwidth_gb_per_s == pytest.approx(3.01 / 2, rel=0.02)
+    assert link_spec("1gbe").bandwidth_gb_per_s < link_spec("10gbe").bandwidth_gb_per_s
+    with pytest.raises(UserError, match="unknown link"):
+        link_spec("warp-drive")
