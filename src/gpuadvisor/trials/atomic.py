@@ -1,0 +1,67 @@
+"""Crash-safe file writes: whole files via temp + fsync + rename, JSONL lines under flock + fsync."""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename in it survives a power cut."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Union[str, Path], data: Union[str, bytes]) -> Path:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def append_line(path: Union[str, Path], line: str) -> None:
+    """Append one line under an exclusive flock, then fsync: concurrent writers never interleave.
+
+    A torn last line (crash mid-write) is repaired by starting the new line on a fresh line.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if "\n" in line:
+        raise ValueError("a JSONL record must not contain a newline")
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            fh.seek(0, os.SEEK_END)
+            prefix = b""
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    prefix = b"\n"
+            fh.write(prefix + line.encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
