@@ -1,0 +1,28 @@
+"""`gpuadvisor tui`: the interactive wizard (also what plain `gpuadvisor` opens on a terminal)."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tui", help="interactive wizard: hardware, model, goal, ranked plans, trials, export",
+                       description="Walk from your hardware to a launch config in a terminal UI.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--preset", metavar="NAME", help="start from a bundled cluster preset instead of probing")
+    g.add_argument("--cluster", metavar="FILE", help="start from a cluster file instead of probing")
+    p.add_argument("--model", default="1.5B", help="pre-fill the model field (default 1.5B)")
+    p.add_argument("--top", type=int, default=5, help="how many plans the results table shows (default 5)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import UserError
+
+    if args.top < 1:
+        raise UserError(f"--top must be at least 1, got {args.top}")
+    try:
+        from ..tui.app import GpuAdvisorApp  # textual is imported only here
+    except ImportError as exc:
+        raise UserError(f"the TUI needs textual ({exc}); install it with: pip install 'gpuadvisor[tui]'") from None
+    GpuAdvisorApp(preset=args.preset, cluster_file=args.cluster, model=args.model, top=args.top).run()
+    return 0

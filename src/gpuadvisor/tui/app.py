@@ -1,0 +1,123 @@
+"""The wizard application: shared state, step navigation, and the six step screens as modes."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from textual.app import App
+from textual.binding import Binding
+from textual.reactive import var
+
+from ..schemas import Cluster, Workload
+from .screens.confirm import ConfirmScreen
+from .screens.export import ExportScreen
+from .screens.goal import GoalScreen
+from .screens.hardware import HardwareScreen
+from .screens.model import ModelScreen
+from .screens.results import ResultsScreen
+
+#: Wizard steps in order: (mode name, title shown in the step bar).
+STEPS: tuple[tuple[str, str], ...] = (
+    ("hardware", "Hardware"), ("model", "Model"), ("goal", "Goal"),
+    ("results", "Results"), ("confirm", "Confirm"), ("export", "Export"),
+)
+
+
+class GpuAdvisorApp(App[None]):
+    """`gpuadvisor tui`: walk from the hardware to a launch config, one screen per step.
+
+    Args:
+        preset / cluster_file: start from a bundled preset or a cluster file instead of probing this host.
+        model: pre-fill the model field (a size like "1.5B", a preset name or a config.json path).
+        top: how many plans the results table shows (same default as `gpuadvisor suggest --top`).
+        probe_on_start: probe this host when neither preset nor cluster file is given (off in tests).
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpuadvisor"
+    SUB_TITLE = "a few GPUs, now what?"
+    MODES = {"hardware": HardwareScreen, "model": ModelScreen, "goal": GoalScreen,
+             "results": ResultsScreen, "confirm": ConfirmScreen, "export": ExportScreen}
+    DEFAULT_MODE = "hardware"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("escape", "prev_step", "Back"),
+        Binding("ctrl+n", "next_step", "Next", priority=True),
+        *(Binding(str(i), f"goto('{name}')", title, show=False) for i, (name, title) in enumerate(STEPS, 1)),
+    ]
+
+    # shared wizard state; screens watch these
+    cluster: var[Optional[Cluster]] = var(None, init=False)
+    workload: var[Optional[Workload]] = var(None, init=False)
+    objective: var[str] = var("throughput", init=False)
+    price_per_gpu_hour: var[Optional[float]] = var(None, init=False)
+    suggestion: var[Any] = var(None, init=False)  # api.Suggestion of the results screen (what-ifs applied)
+
+    def __init__(self, *, preset: Optional[str] = None, cluster_file: Optional[str] = None,
+                 model: str = "1.5B", top: int = 5, probe_on_start: bool = True) -> None:
+        super().__init__()
+        self.start_preset = preset
+        self.start_cluster_file = cluster_file
+        self.start_model = model
+        self.top = top
+        self.probe_on_start = probe_on_start
+        self.cluster_notes: list[str] = []
+        self.probe_report: Any = None
+        self.what_if: list[str] = []
+        self.confirmed: Any = None  # result of the trials study (its winner wins the export)
+        self.steps = 20  # timed steps per trial; also written into job.json, as `suggest --steps`
+
+    def on_mount(self) -> None:
+        """Resolve the pre-filled model so later steps can be opened straight away."""
+        from .. import api
+
+        try:
+            self.workload = api.make_workload(self.start_model)
+        except Exception:
+            self.workload = None  # the Model step shows why
+
+    # ---- navigation -------------------------------------------------------------------------------
+    @property
+    def step_names(self) -> list[str]:
+        return [name for name, _ in STEPS]
+
+    def action_goto(self, step: str) -> None:
+        """Jump to a step if what it needs is there, else say what is missing."""
+        missing = self.missing_for(step)
+        if missing:
+            self.notify(missing, severity="warning", title="Not yet")
+            return
+        self.switch_mode(step)
+
+    def action_next_step(self) -> None:
+        names = self.step_names
+        i = names.index(self.current_mode)
+        if i + 1 < len(names):
+            self.action_goto(names[i + 1])
+
+    def action_prev_step(self) -> None:
+        names = self.step_names
+        i = names.index(self.current_mode)
+        if i > 0:
+            self.switch_mode(names[i - 1])
+        else:
+            self.notify("This is the first step; press q to quit.", timeout=3)
+
+    def missing_for(self, step: str) -> Optional[str]:
+        """Why `step` cannot be shown yet (None when it can)."""
+        order = self.step_names
+        need = order.index(step)
+        if need >= 1 and self.cluster is None:
+            return "Choose a cluster first (probe, preset or file)."
+        if need >= 2 and self.workload is None:
+            return "Enter a valid model and training settings first."
+        if need >= 4 and (self.suggestion is None or not self.suggestion.ranking.top):
+            return "No ranked plan yet: open Results and wait for the ranking (nothing may fit)."
+        return None
+
+    # ---- errors -------------------------------------------------------------------------------------
+    def show_error(self, exc: BaseException, what: str) -> None:
+        """Show an error as a notification, one line, never a traceback (safe from any thread)."""
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        if not isinstance(exc, ValueError):
+            msg = f"{type(exc).__name__}: {msg}"
+        self.notify(msg, title=f"{what} failed", severity="error", timeout=8, markup=False)

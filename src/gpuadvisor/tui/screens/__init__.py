@@ -1,0 +1,1 @@
+"""One module per wizard step; each screen reads and writes the app's shared state."""

@@ -1,0 +1,149 @@
+"""Step 5, Confirm: run short real trials of the top K plans, live progress, predicted vs measured."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.containers import Horizontal
+from textual.widget import Widget
+from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
+
+from ...cli.render import human_bytes, human_rate, plan_label
+from .base import StepScreen
+
+
+def _trial_row(rec: Any) -> tuple[str, ...]:
+    """One predicted-vs-measured row of a TrialRecord."""
+    pred, meas = rec.predicted_tokens_per_s, rec.measured_tokens_per_s
+    err = f"{(meas - pred) / pred:+.0%}" if pred and meas else "-"
+    mem = human_bytes(rec.measured_peak_memory_bytes) if rec.measured_peak_memory_bytes else "-"
+    return (rec.trial_id[-8:], rec.plan.strategy + f" mb={rec.plan.micro_batch_size}", rec.status,
+            human_rate(pred) if pred else "-", human_rate(meas) if meas else "-", err, mem)
+
+
+class ConfirmScreen(StepScreen):
+    """Start/cancel a trials study; rows arrive through the study's progress callback."""
+
+    STEP = "confirm"
+    AUTO_FOCUS = "#start"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cancel: Optional[threading.Event] = None
+        self._rows: dict[str, Any] = {}
+
+    def body(self) -> Iterable[Widget]:
+        with Horizontal(classes="row top"):
+            yield Label("Trials K", classes="rowlabel")
+            yield Input("3", id="top-k", compact=True, type="integer")
+            yield Label(" Budget", classes="inlinelabel")
+            yield Input("15m", id="budget", compact=True)
+            yield Label(" Steps", classes="inlinelabel")
+            yield Input("20", id="steps", compact=True, type="integer")
+        with Horizontal(classes="row"):
+            yield Button("Start trials", id="start", variant="success", compact=True)
+            yield Button("Cancel", id="cancel", variant="error", compact=True, disabled=True)
+            yield ProgressBar(id="progress", show_eta=False)
+        yield Static("Trials run the bundled trainer on this cluster; skip this step to export the "
+                     "cost model's pick.", id="trial-status")
+        table: DataTable = DataTable(id="trials", cursor_type="row", zebra_stripes=True)
+        yield table
+
+    def on_mount(self) -> None:
+        self.query_one("#trials", DataTable).add_columns("trial", "plan", "status", "predicted", "measured",
+                                                          "error", "peak mem")
+
+    # ---- start / cancel -----------------------------------------------------------------------------
+    @on(Button.Pressed, "#start")
+    def _start(self) -> None:
+        from ...cli.suggest_cmd import parse_duration
+
+        w = self.wizard
+        try:
+            top_k = int(self.query_one("#top-k", Input).value or 0)
+            steps = int(self.query_one("#steps", Input).value or 0)
+            if top_k < 1 or steps < 1:
+                raise ValueError("K and steps must be at least 1")
+            budget_s = parse_duration(self.query_one("#budget", Input).value)
+        except ValueError as exc:
+            w.show_error(exc, "Starting trials")
+            return
+        if w.suggestion is None:
+            self.notify("Rank the plans first (Results).", severity="warning")
+            return
+        w.steps = steps
+        w.confirmed = None
+        self._rows.clear()
+        self.query_one("#trials", DataTable).clear()
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=top_k, progress=0)
+        self._cancel = threading.Event()
+        self._running(True)
+        self.query_one("#trial-status", Static).update(f"Running up to {top_k} trials, budget {budget_s:.0f} s…")
+        self.run_trials(top_k, budget_s, steps, self._cancel)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()  # the study stops its running trial (SIGTERM, then SIGKILL to its session)
+            self.query_one("#trial-status", Static).update("Cancelling: stopping the running trial…")
+            self.query_one("#cancel", Button).disabled = True
+
+    def _running(self, running: bool) -> None:
+        self.query_one("#start", Button).disabled = running
+        self.query_one("#cancel", Button).disabled = not running
+
+    def on_unmount(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    # ---- the study, off the UI thread ---------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="trials", exit_on_error=False)
+    def run_trials(self, top_k: int, budget_s: float, steps: int, cancel: threading.Event) -> None:
+        from ... import api
+
+        w = self.wizard
+        s = w.suggestion
+
+        def progress(record: Any) -> None:
+            self.app.call_from_thread(self._trial, record)
+
+        try:
+            result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
+                                 progress=progress, cancel=cancel)
+        except Exception as exc:
+            self.app.call_from_thread(self._finished, None, exc)
+            return
+        self.app.call_from_thread(self._finished, result, None)
+
+    def _trial(self, rec: Any) -> None:
+        table = self.query_one("#trials", DataTable)
+        row = _trial_row(rec)
+        if rec.trial_id in self._rows:
+            for col, value in zip(table.columns, row):
+                table.update_cell(rec.trial_id, col, value)
+        else:
+            table.add_row(*row, key=rec.trial_id)
+        self._rows[rec.trial_id] = rec
+        done = sum(1 for r in self._rows.values() if r.status != "running")
+        self.query_one("#progress", ProgressBar).update(progress=done)
+
+    def _finished(self, result: Any, exc: Optional[BaseException]) -> None:
+        self._running(False)
+        cancelled = self._cancel is not None and self._cancel.is_set()
+        status = self.query_one("#trial-status", Static)
+        if exc is not None:
+            self.wizard.show_error(exc, "Trials")
+            status.update(Text(f"✗ trials stopped: {' '.join(str(exc).split())}", style="red"))
+            return
+        self.wizard.confirmed = result
+        for rec in getattr(result, "trials", []) or []:
+            self._trial(rec)
+        winner = getattr(result, "winner", None)
+        if winner is not None:
+            text = f"✓ confirmed winner: {winner.to_string()} (Export writes its launch files)"
+        else:
+            text = "No trial succeeded; Export writes the cost model's pick."
+        status.update(("Cancelled. " if cancelled else "") + text)

@@ -1,0 +1,79 @@
+"""Step 6, Export: write launch.sh, job.json, ds_config.json and env.sh, and show how to start training."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from rich.text import Text
+from textual import on
+from textual.containers import Horizontal, VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Button, Input, Label, Static
+
+from ...cli.render import plan_label
+from .base import StepScreen
+
+DEFAULT_DIR = "gpuadvisor-launch"
+
+
+class ExportScreen(StepScreen):
+    """Choose a folder, write the files exactly as `gpuadvisor suggest --emit DIR` does."""
+
+    STEP = "export"
+    AUTO_FOCUS = "#write"
+    NEXT_LABEL = ""
+
+    def body(self) -> Iterable[Widget]:
+        with Horizontal(classes="row top"):
+            yield Label("Folder", classes="rowlabel")
+            yield Input(DEFAULT_DIR, id="out-dir", compact=True)
+            yield Button("Write files", id="write", variant="success", compact=True)
+        yield Static(id="export-plan")
+        with VerticalScroll(id="launch-view", classes="panel"):
+            yield Static(id="launch")
+
+    def on_screen_resume(self) -> None:
+        self.show_plan()
+
+    def show_plan(self) -> None:
+        """Which plan will be exported, and its launch commands."""
+        w = self.wizard
+        s = w.suggestion
+        if s is None or s.launch is None:
+            self.query_one("#export-plan", Static).update(Text("Nothing to export: no plan fits.", style="red"))
+            return
+        winner = getattr(w.confirmed, "winner", None) if w.confirmed is not None else None
+        which = (f"confirmed by trials: {winner.to_string()}" if winner is not None
+                 else f"top plan: {plan_label(s.ranking.top[0])}")
+        self.query_one("#export-plan", Static).update(Text(f"Exporting the {which}", style="bold"))
+        try:
+            from ...launch import render_launch
+
+            self.query_one("#launch", Static).update(Text(render_launch(s.launch)))
+        except Exception as exc:
+            self.query_one("#launch", Static).update(Text(f"cannot render the launch config: {exc}", style="red"))
+
+    @on(Button.Pressed, "#write")
+    @on(Input.Submitted, "#out-dir")
+    def _write(self) -> None:
+        w = self.wizard
+        text = self.query_one("#out-dir", Input).value.strip()
+        if not text:
+            self.notify("Type a folder to write the launch files to.", severity="warning")
+            return
+        if w.suggestion is None:
+            self.notify("Rank the plans first (Results).", severity="warning")
+            return
+        out = Path(text).expanduser()
+        try:
+            from ...cli.suggest_cmd import _emit  # the same writer as `gpuadvisor suggest --emit`
+
+            _emit(w.suggestion, out, w.steps, w.confirmed)
+        except Exception as exc:
+            w.show_error(exc, "Writing the launch files")
+            return
+        files = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        self.query_one("#launch", Static).update(Text.assemble(
+            ("✓ wrote ", "green"), (f"{', '.join(files)} to {out}/\n\n", ""),
+            ("Start training on every node with:\n", "bold"), (f"  bash {out}/launch.sh\n", "bold cyan")))
+        self.notify(f"Start training with: bash {out}/launch.sh", title="Launch files written")

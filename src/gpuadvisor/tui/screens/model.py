@@ -1,0 +1,113 @@
+"""Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, budget."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from rich.text import Text
+from textual import on
+from textual.containers import Horizontal, VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Input, Label, Select, Static
+
+from ...cli.render import describe_workload
+from .base import StepScreen
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+def model_hint() -> str:
+    """The model names the workload catalog knows, for the hint line."""
+    try:
+        from ...workload import catalog
+
+        names = catalog.preset_names()
+    except Exception:
+        return "a size like 1.5B, a preset name, or a HuggingFace config.json path"
+    return "a size (350M, 1.5B, 7B), a config.json path, or: " + ", ".join(names)
+
+
+class ModelScreen(StepScreen):
+    """Form for the workload; every change re-validates through api.make_workload."""
+
+    STEP = "model"
+
+    def body(self) -> Iterable[Widget]:
+        with VerticalScroll(id="model-form"):
+            with Horizontal(classes="row"):
+                yield Label("Model", classes="formlabel")
+                yield Input(self.wizard.start_model, placeholder="1.5B", id="model", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("Seq length", classes="formlabel")
+                yield Input(placeholder="default (model's)", id="seq-len", compact=True, type="integer")
+            with Horizontal(classes="row"):
+                yield Label("Global batch", classes="formlabel")
+                yield Input(placeholder="default (sequences per step)", id="global-batch", compact=True,
+                            type="integer")
+            with Horizontal(classes="row"):
+                yield Label("Precision", classes="formlabel")
+                yield Select([(p, p) for p in PRECISIONS], value="bf16", allow_blank=False, id="precision",
+                             compact=True)
+            with Horizontal(classes="row"):
+                yield Label("Token budget", classes="formlabel")
+                yield Input(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
+            yield Static(id="workload-status", classes="panel")
+            yield Static(Text(model_hint(), style="dim"), id="model-hint")
+
+    def on_mount(self) -> None:
+        self.validate_form()
+
+    @on(Input.Changed)
+    @on(Select.Changed, "#precision")
+    def _changed(self) -> None:
+        self.validate_form()
+
+    def _int(self, widget_id: str) -> Optional[int]:
+        text = self.query_one(widget_id, Input).value.strip()
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{widget_id[1:].replace('-', ' ')} must be a whole number, got '{text}'") from None
+
+    def token_budget(self) -> Optional[float]:
+        """The token budget field: a plain number (2e9) or a size (10B); None when empty."""
+        text = self.query_one("#token-budget", Input).value.strip()
+        if not text:
+            return None
+        from ...workload.catalog import parse_size
+
+        value = parse_size(text)
+        if value is None:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"token budget must be a number like 2e9 or 10B, got '{text}'") from None
+        if value <= 0:
+            raise ValueError(f"token budget must be positive, got '{text}'")
+        return value
+
+    def validate_form(self) -> None:
+        """Build the Workload with the API; show it, or the API's error message inline."""
+        from ... import api
+
+        status = self.query_one("#workload-status", Static)
+        w = self.wizard
+        try:
+            model = self.query_one("#model", Input).value.strip()
+            if not model:
+                raise ValueError("type a model: a size like 1.5B, a preset name or a config.json path")
+            wl = api.make_workload(model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
+                                   precision=str(self.query_one("#precision", Select).value),
+                                   token_budget=self.token_budget())
+        except Exception as exc:
+            w.workload = None
+            status.set_class(True, "error")
+            status.update(Text("✗ " + " ".join(str(exc).split())))
+            return
+        status.set_class(False, "error")
+        w.workload = wl
+        t = wl.training
+        budget = f", token budget {t.token_budget:.3g}" if t.token_budget else ""
+        status.update(Text(f"✓ {describe_workload(wl)}{budget}\n  {wl.tokens_per_step:,} tokens per step; "
+                           f"{wl.model.source or ''}".rstrip()))
