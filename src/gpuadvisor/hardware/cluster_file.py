@@ -54,6 +54,17 @@ class TopologySpec(_Spec):
     p2p: Optional[bool] = Field(None, description="Override CUDA P2P for every pair (default: from the GPU catalog)")
     bandwidth_gb_per_s: Optional[float] = Field(None, description="Measured bus bandwidth for every pair")
     latency_us: Optional[float] = Field(None, description="Measured latency for every pair")
+    rate_source: Literal["user", "measured"] = Field("user", description="Where explicit rates come from")
+
+
+class DeviceRates(_Spec):
+    """Rates that replace the catalog's for every device of the node (e.g. measured on it)."""
+
+    tflops_bf16: Optional[float] = Field(None, description="Dense bf16/fp16 peak, TFLOP/s")
+    tflops_fp32: Optional[float] = Field(None, description="Dense fp32 peak, TFLOP/s")
+    achieved_tflops: Optional[float] = Field(None, description="Measured large-GEMM rate, TFLOP/s")
+    memory_bandwidth_gb_per_s: Optional[float] = None
+    rate_source: Literal["user", "measured"] = "user"
 
 
 class CpuSpec(_Spec):
@@ -90,6 +101,7 @@ class NodeSpec(_Spec):
     topology: Optional[Union[str, list[list[str]], TopologySpec]] = Field(
         None, description="Link class for all pairs ('PXB', 'NV4'), a matrix, or a topology mapping")
     pcie: Optional[PcieSpec] = None
+    device_rates: Optional[DeviceRates] = Field(None, description="Replace the catalog rates of the devices")
     nics: Optional[list[Nic]] = None
     cpu: Optional[CpuSpec] = None
     access: Optional[Union[str, AccessSpec]] = Field(None, description="'user@host:port' or a mapping")
@@ -104,6 +116,7 @@ class NetworkSpec(_Spec):
     protocol: Optional[Literal["tcp", "roce", "ib", "unknown"]] = None
     link_speed_gbit_per_s: Optional[float] = None
     nic: Optional[str] = None
+    rate_source: Literal["user", "measured"] = Field("user", description="Where explicit rates come from")
 
 
 class ClusterFile(_Spec):
@@ -358,6 +371,12 @@ def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str
     """Expand one concise node into a full Node."""
     cpu = _cpu(spec.cpu)
     devices = _devices(spec, cpu, where)
+    if spec.device_rates is not None:
+        r = spec.device_rates
+        upd = {k: v for k, v in (("peak_tflops_bf16", r.tflops_bf16), ("peak_tflops_fp32", r.tflops_fp32),
+                                 ("achieved_tflops", r.achieved_tflops),
+                                 ("memory_bandwidth_gb_per_s", r.memory_bandwidth_gb_per_s)) if v is not None}
+        devices = [d.model_copy(update={**upd, "rate_source": r.rate_source}) for d in devices]
     n = len(devices)
     topo_loc = where + ("topology",)
     if spec.cpu_ranks and spec.topology is None:
@@ -372,7 +391,7 @@ def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str
         try:
             links.append(device_link(devices[i], devices[j], tok, p2p=topo.p2p,
                                      bandwidth_gb_per_s=topo.bandwidth_gb_per_s, latency_us=topo.latency_us,
-                                     rate_source="user" if explicit else "catalog"))
+                                     rate_source=topo.rate_source if explicit else "catalog"))
         except ValueError as exc:
             raise _FieldError(topo_loc, f"pair {i}-{j}: {exc}") from None
     try:
@@ -391,7 +410,8 @@ def _network(spec: Union[str, NetworkSpec, None], loc: Loc) -> Optional[Network]
         if spec.link:
             net = network_from_key(spec.link, nic=spec.nic, bandwidth_gb_per_s=spec.bandwidth_gb_per_s,
                                    latency_us=spec.latency_us,
-                                   rate_source="user" if spec.bandwidth_gb_per_s or spec.latency_us else "catalog")
+                                   rate_source=spec.rate_source if spec.bandwidth_gb_per_s or spec.latency_us
+                                   else "catalog")
             upd = {k: v for k, v in (("protocol", spec.protocol), ("link_speed_gbit_per_s", spec.link_speed_gbit_per_s))
                    if v is not None}
             return net.model_copy(update=upd) if upd else net
@@ -401,7 +421,7 @@ def _network(spec: Union[str, NetworkSpec, None], loc: Loc) -> Optional[Network]
         raise _FieldError(loc, "give 'link: <1gbe|25gbe|ib-hdr|...>' or both bandwidth_gb_per_s and latency_us")
     return Network(bandwidth_gb_per_s=spec.bandwidth_gb_per_s, latency_us=spec.latency_us,
                    protocol=spec.protocol or "unknown", link_speed_gbit_per_s=spec.link_speed_gbit_per_s,
-                   nic=spec.nic, rate_source="user")
+                   nic=spec.nic, rate_source=spec.rate_source)
 
 
 def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = Path("."),
