@@ -97,3 +97,10 @@ def generic_model(name: str, params: float, flops_per_sample: float,
     return ModelSpec(name=name, kind="generic", params_override=int(params), flops_per_sample=float(flops_per_sample),
                      activation_bytes_per_sample=activation_bytes_per_sample,
                      source="user: params + FLOPs per sample")
+
+
+def make_workload(model, **settings):  # noqa: ANN001, ANN201 - re-export, see settings.make_workload
+    """Workload from a model description and training settings (see `settings.make_workload`)."""
+    from .settings import make_workload as _make  # lazy: settings imports this module
+
+    return _make(model, **settings)

@@ -1,0 +1,161 @@
+"""Build the LaunchConfig of a plan: per-node torchrun commands, trainer arguments, DeepSpeed JSON, env, notes."""
+from __future__ import annotations
+
+import hashlib
+import math
+import shlex
+from typing import Optional
+
+from ..errors import UserError
+from ..schemas.estimate import Estimate
+from ..schemas.hardware import Cluster, Node
+from ..schemas.job import TrainerJob
+from ..schemas.launch import LaunchConfig, NodeLaunch
+from ..schemas.plan import Plan, check_plan_for
+from ..schemas.workload import Workload
+from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text
+from .environment import common_env, node_env, numa_binding
+from .placement import choose_nodes, placement_notes
+
+TRAINER_MODULE = "gpuadvisor.trainers"
+JOB_FILE = "job.json"
+DS_FILE = "ds_config.json"
+HOSTFILE = "hostfile"
+DEFAULT_STEPS = 20
+DEFAULT_WARMUP = 3
+
+
+def node_address(node: Node) -> str:
+    """How other nodes reach `node`: access.address, else access.host, else its name."""
+    return node.access.address or node.access.host or node.name
+
+
+def rdzv_id(plan: Plan, workload: Workload) -> str:
+    """A stable rendezvous id for this plan and model (same job -> same id on every node)."""
+    digest = hashlib.sha1(f"{plan.to_string()}|{workload.model.name}".encode()).hexdigest()[:10]
+    return f"gpuadvisor-{digest}"
+
+
+def default_steps(workload: Workload, plan: Plan) -> int:
+    """Steps for the token budget when there is one (plan batch × seq len tokens per step), else 20."""
+    budget = workload.training.token_budget
+    if not budget:
+        return DEFAULT_STEPS
+    per_step = plan.global_batch() * (workload.training.seq_len if workload.model.kind == "transformer" else 1)
+    return max(1, math.ceil(budget / per_step))
+
+
+def trainer_model_for(workload: Workload) -> Optional[str]:
+    """Which bundled trainer model runs this workload: 'gpt', 'resnet18', or None (bring your own script)."""
+    if workload.model.kind == "transformer":
+        return "gpt"
+    return "resnet18" if workload.model.name.lower().startswith("resnet18") else None
+
+
+def plan_workload(plan: Plan, workload: Workload) -> Workload:
+    """The workload with the plan's global batch (it differs when the advisor was allowed to change it)."""
+    if plan.global_batch() == workload.training.global_batch:
+        return workload
+    training = workload.training.model_copy(update={"global_batch": plan.global_batch()})
+    return workload.model_copy(update={"training": training})
+
+
+def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, warmup: int = DEFAULT_WARMUP,
+             lr: float = 1e-4) -> TrainerJob:
+    """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps."""
+    model = trainer_model_for(workload)
+    if model is None:
+        raise UserError(f"the bundled trainers build GPT-style models and resnet18, not '{workload.model.name}'; "
+                        "use the launch commands and env with your own training script")
+    wl = plan_workload(plan, workload)
+    lr = lr * plan.global_batch() / workload.training.global_batch
+    return TrainerJob(plan=plan, workload=wl, trainer_model=model, steps=steps or default_steps(wl, plan),
+                      warmup=warmup, lr=lr)
+
+
+def _torchrun(plan: Plan, rank: int, n_nodes: int, endpoint: str, rid: str, numa: bool,
+              trainer_args: list[str]) -> list[str]:
+    """The torchrun argument list of one node."""
+    argv = ["torchrun", "--nnodes", str(n_nodes), "--nproc-per-node", str(plan.devices_per_node)]
+    if n_nodes == 1:
+        argv.insert(1, "--standalone")
+    else:
+        argv += ["--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rid]
+    if numa:
+        argv += ["--numa-binding", "node"]
+    return argv + ["--max-restarts", "0", "-m", TRAINER_MODULE, *trainer_args]
+
+
+def _lr_note(plan: Plan, workload: Workload) -> Optional[str]:
+    """Linear learning-rate scaling when the plan changed the user's global batch."""
+    want, got = workload.training.global_batch, plan.global_batch()
+    if want == got:
+        return None
+    return (f"learning rate: the plan's global batch is {got}, not your {want}; scale the LR by {got}/{want} = "
+            f"{got / want:.3g} with a warm-up (linear scaling rule, Goyal et al. 2017, 'Accurate, Large Minibatch "
+            "SGD'); for Adam a sqrt scaling is the gentler alternative")
+
+
+def _estimate_note(estimate: Estimate) -> str:
+    """One line of prediction for the notes."""
+    gib = estimate.memory.total / 2**30
+    return (f"prediction: {estimate.step_time_s:.3f} s/step, {estimate.tokens_per_s:,.0f} tokens/s, peak "
+            f"{gib:.1f} GiB per device of {estimate.memory_capacity_bytes / 2**30:.1f} GiB")
+
+
+def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
+                 master_addr: Optional[str] = None, port: int = 29500, steps: Optional[int] = None,
+                 out_dir: str = "runs/gpuadvisor") -> LaunchConfig:
+    """Render `plan` on `cluster` as a LaunchConfig.
+
+    One torchrun command per node (single node: --standalone; several: c10d rendezvous on the first node's
+    address, or `master_addr`, at `port`) running `python -m gpuadvisor.trainers --plan job.json ...`.
+    ZeRO plans add the DeepSpeed JSON (passed to the trainer as --ds-config) and, in the notes, the
+    equivalent `deepspeed --hostfile` command. Env vars carry their reason. Raises UserError when the plan
+    does not fit the cluster or the model.
+    """
+    if not 1 <= port <= 65535:
+        raise UserError(f"port {port} is out of range; pass a port between 1024 and 65535")
+    try:
+        check_plan_for(plan, plan_workload(plan, workload))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    placed = choose_nodes(plan, cluster)
+    nodes = [n for n, _ in placed]
+    multi = len(placed) > 1
+    addr = master_addr or node_address(nodes[0])
+    endpoint = f"{addr}:{port}"
+    rid = rdzv_id(plan, workload)
+    n_steps = steps or default_steps(plan_workload(plan, workload), plan)
+    ds = deepspeed_config(plan, workload)
+    trainer_args = ["--plan", JOB_FILE, "--steps", str(n_steps), "--warmup", str(DEFAULT_WARMUP), "--out", out_dir]
+    if ds is not None:
+        trainer_args += ["--ds-config", DS_FILE]
+    launches = []
+    for rank, (node, used) in enumerate(placed):
+        numa = numa_binding(used, node) if used[0].kind == "gpu" else None
+        launches.append(NodeLaunch(
+            node=node.name, node_rank=rank, numa_binding=numa,
+            argv=_torchrun(plan, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
+            env=node_env(node, used, plan, cluster, multi)))
+    notes = placement_notes(plan, [n.name for n in nodes])
+    lr = _lr_note(plan, workload)
+    if lr:
+        notes.insert(0, lr)
+    if estimate is not None:
+        notes.insert(0, _estimate_note(estimate))
+    if multi:
+        notes.append(f"rendezvous: every node connects to {endpoint} (node 0's address); open TCP port {port} "
+                     "there, and copy this folder (job.json, launch.sh, env.sh) to the same path on every node")
+    if ds is not None:
+        hosts = [(n.name, len(u)) for n, u in placed]  # ssh names, as in the emitted hostfile
+        cmd = deepspeed_command(hosts, addr, port, trainer_args, hostfile=HOSTFILE)
+        where = f" with a hostfile ({hostfile_text(hosts).strip().replace(chr(10), '; ')})" if multi else ""
+        notes.append(f"deepspeed launcher equivalent{where}, run once on node 0 (needs passwordless ssh "
+                     f"between nodes): {shlex.join(cmd)}")
+    if trainer_model_for(workload) is None:
+        notes.append(f"'{workload.model.name}' is not one of the bundled trainer models (gpt, resnet18): keep the "
+                     "launcher line and env, replace '-m gpuadvisor.trainers ...' by your training script")
+    return LaunchConfig(plan=plan, estimate=estimate, launcher="torchrun", nodes=launches,
+                        trainer_args=["-m", TRAINER_MODULE, *trainer_args], deepspeed_config=ds,
+                        env=common_env(plan, nodes, [u for _, u in placed], multi), notes=notes)

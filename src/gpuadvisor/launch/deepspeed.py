@@ -1,0 +1,72 @@
+"""DeepSpeed config JSON and the equivalent `deepspeed` launcher command for ZeRO plans.
+
+Key names checked against DeepSpeed 0.19.8: runtime/constants.py (train_batch_size,
+train_micro_batch_size_per_gpu, gradient_accumulation_steps, bf16/fp16 {"enabled"}, gradient_clipping,
+steps_per_print) and runtime/zero/config.py + offload_config.py (zero_optimization: stage,
+reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, zero_hpz_partition_size,
+offload_optimizer/offload_param {device, pin_memory}); launcher flags from launcher/runner.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ..schemas.plan import Plan
+from ..schemas.workload import Workload
+
+GRADIENT_CLIPPING = 1.0  # DeepSpeed's GRADIENT_CLIPPING_DEFAULT (runtime/constants.py)
+
+
+def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 10,
+                     gradient_clipping: float = GRADIENT_CLIPPING) -> Optional[dict[str, Any]]:
+    """The DeepSpeed JSON for a ZeRO plan (None when zero_stage is 0).
+
+    Batch arithmetic (DeepSpeed's own check): train_batch_size = train_micro_batch_size_per_gpu ×
+    gradient_accumulation_steps × data-parallel size.
+    """
+    if not plan.zero_stage:
+        return None
+    zero: dict[str, Any] = {
+        "stage": plan.zero_stage,
+        "reduce_bucket_size": plan.zero_reduce_bucket_size,
+        "allgather_bucket_size": plan.zero_allgather_bucket_size,
+        "overlap_comm": plan.zero_overlap_comm,
+        "contiguous_gradients": True,
+    }
+    if plan.zero_hpz_partition_size > 1:
+        zero["zero_hpz_partition_size"] = plan.zero_hpz_partition_size
+    if plan.zero_offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if plan.zero_stage == 3:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    cfg: dict[str, Any] = {
+        "train_batch_size": plan.micro_batch_size * plan.num_micro_batches * plan.dp,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.num_micro_batches,
+        "gradient_clipping": gradient_clipping,
+        "steps_per_print": steps_per_print,
+        "zero_optimization": zero,
+    }
+    precision = workload.training.precision
+    if precision == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    if plan.zero_offload:
+        # the bundled trainer hands DeepSpeed a torch optimizer; offload accepts it with this flag
+        cfg["zero_allow_untested_optimizer"] = True
+    return cfg
+
+
+def hostfile_text(hosts: Sequence[tuple[str, int]]) -> str:
+    """DeepSpeed hostfile: one 'host slots=N' line per node."""
+    return "".join(f"{host} slots={slots}\n" for host, slots in hosts)
+
+
+def deepspeed_command(hosts: Sequence[tuple[str, int]], master_addr: str, port: int, trainer_args: Sequence[str],
+                      *, module: str = "gpuadvisor.trainers", hostfile: str = "hostfile") -> list[str]:
+    """The `deepspeed` launcher line equivalent to the torchrun commands (run once, on the first node)."""
+    argv = ["deepspeed"]
+    if len(hosts) > 1:
+        argv += ["--hostfile", hostfile, "--num_nodes", str(len(hosts)), "--master_addr", master_addr]
+    argv += ["--num_gpus", str(hosts[0][1]), "--master_port", str(port), "--no_local_rank", "--module", module]
+    return argv + list(trainer_args)

@@ -1,0 +1,62 @@
+"""Where each rank runs: choosing nodes/devices for a plan and describing the rank layout."""
+from __future__ import annotations
+
+from ..errors import UserError
+from ..schemas.hardware import Cluster, Device, Node
+from ..schemas.plan import Plan
+
+
+def choose_nodes(plan: Plan, cluster: Cluster) -> list[tuple[Node, list[Device]]]:
+    """The first `plan.nodes` nodes with enough devices, each with its first `devices_per_node` devices."""
+    fit = [n for n in cluster.nodes if len(n.devices) >= plan.devices_per_node]
+    if len(fit) < plan.nodes:
+        raise UserError(
+            f"plan needs {plan.nodes} node(s) x {plan.devices_per_node} device(s) but cluster '{cluster.name}' has "
+            f"{cluster.devices_per_node} devices per node; pick a plan that fits or another cluster")
+    return [(n, sorted(n.devices, key=lambda d: d.index)[:plan.devices_per_node]) for n in fit[:plan.nodes]]
+
+
+def coords(plan: Plan, rank: int) -> tuple[int, int, int]:
+    """(tp, dp, pp) index of global `rank`, following `plan.mesh_order` (fastest-varying first)."""
+    tp = rank % plan.tp
+    rest = rank // plan.tp
+    if plan.mesh_order == "tp-dp-pp":
+        return tp, rest % plan.dp, rest // plan.dp
+    return tp, rest // plan.pp, rest % plan.pp
+
+
+def _span(xs: list[int]) -> str:
+    """[0,1,2] -> '0-2', [3] -> '3', [0,2] -> '0,2'."""
+    xs = sorted(set(xs))
+    if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
+        return f"{xs[0]}-{xs[-1]}"
+    return ",".join(map(str, xs))
+
+
+def placement_notes(plan: Plan, names: list[str]) -> list[str]:
+    """One note per node (its ranks and their TP/DP/PP coordinates) plus warnings about groups spanning nodes."""
+    g = plan.devices_per_node
+    notes = []
+    for i, name in enumerate(names):
+        ranks = list(range(i * g, (i + 1) * g))
+        cs = [coords(plan, r) for r in ranks]
+        parts = []
+        if plan.pp > 1:
+            parts.append(f"pp stage {_span([c[2] for c in cs])}")
+        if plan.dp > 1:
+            parts.append(f"dp replica {_span([c[1] for c in cs])}")
+        if plan.tp > 1:
+            parts.append(f"tp shard {_span([c[0] for c in cs])}")
+        detail = f": {', '.join(parts)}" if parts else ""
+        notes.append(f"placement: node {i} ({name}) runs global ranks {_span(ranks)}{detail}")
+    if plan.tp > 1:
+        if g % plan.tp == 0:
+            notes.append(f"placement: each TP group of {plan.tp} consecutive ranks lies inside one node "
+                         "(TP all-reduces every layer and needs the fastest link)")
+        else:
+            notes.append(f"placement warning: TP groups of {plan.tp} cross node boundaries ({g} GPUs per node): "
+                         "every layer all-reduces over the network")
+    if len(names) > 1:
+        notes.append("placement: torchrun's c10d rendezvous may number nodes in join order; global ranks "
+                     "stay consecutive within a node, so the layout above holds up to a node permutation")
+    return notes

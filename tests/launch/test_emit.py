@@ -1,0 +1,107 @@
+"""emit(): the files, a bash-valid launch.sh, atomic writes and refusing to clobber foreign files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.launch import build_launch, emit, make_job, render_launch
+from gpuadvisor.schemas import Plan, TrainerJob
+from gpuadvisor.workload import make_workload
+
+BASH = shutil.which("bash")
+
+
+def _bash_ok(path) -> None:
+    if BASH:
+        out = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+
+
+def test_emit_two_node_zero(tmp_path, two_nodes):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, zero_stage=2, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
+    lc = build_launch(plan, two_nodes, wl)
+    paths = emit(lc, make_job(plan, wl, steps=5), tmp_path / "out")
+    names = sorted(p.name for p in paths)
+    assert names == ["README.txt", "ds_config.json", "env.sh", "hostfile", "job.json", "launch.sh"]
+    out = tmp_path / "out"
+    script = (out / "launch.sh").read_text()
+    _bash_ok(out / "launch.sh")
+    _bash_ok(out / "env.sh")
+    assert os.access(out / "launch.sh", os.X_OK)
+    assert "set NODE_RANK to the index of this node" in script and "  0)" in script and "  1)" in script
+    assert "export NCCL_SOCKET_IFNAME=eno1" in script and "# n0 reaches the other nodes through eno1" in script
+    assert "exec torchrun --nnodes 2" in script and "--ds-config ds_config.json" in script
+    assert "export NCCL_IB_DISABLE=1" in (out / "env.sh").read_text()
+    job = TrainerJob.model_validate_json((out / "job.json").read_text())
+    assert job.plan == plan and job.steps == 5
+    assert json.loads((out / "ds_config.json").read_text()) == lc.deepspeed_config
+    assert "n0 slots=2" in (out / "hostfile").read_text()
+    readme = (out / "README.txt").read_text()
+    assert "NODE_RANK=1 bash launch.sh" in readme and "zero2" in readme
+
+
+def test_emit_single_node_runs_dry(tmp_path, one_node):
+    """launch.sh is valid bash and, with torchrun replaced by echo, runs the node-0 section."""
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    paths = emit(lc, make_job(plan, wl), tmp_path)
+    assert sorted(p.name for p in paths) == ["README.txt", "env.sh", "job.json", "launch.sh"]
+    _bash_ok(tmp_path / "launch.sh")
+    if BASH:
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "torchrun").write_text('#!/bin/sh\necho "torchrun $* OMP=$OMP_NUM_THREADS"\n')
+        (fake / "torchrun").chmod(0o755)
+        env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+        out = subprocess.run([BASH, str(tmp_path / "launch.sh")], capture_output=True, text=True, env=env,
+                             cwd="/")
+        assert out.returncode == 0, out.stderr
+        assert "--standalone" in out.stdout and "OMP=8" in out.stdout
+        bad = subprocess.run([BASH, str(tmp_path / "launch.sh")], capture_output=True, text=True,
+                             env=dict(env, NODE_RANK="3"))
+        assert bad.returncode == 2 and "NODE_RANK must be 0..0" in bad.stderr
+
+
+def test_emit_refuses_foreign_files_and_reemits_own(tmp_path, one_node):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    job = make_job(plan, wl)
+    emit(lc, job, tmp_path)
+    emit(lc, job, tmp_path)  # our own files: overwritten
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "job.json").write_text('{"user": "data"}')
+    with pytest.raises(UserError, match="was not written by gpuadvisor") as exc:
+        emit(lc, job, other)
+    assert "\n" not in str(exc.value)
+    assert (other / "job.json").read_text() == '{"user": "data"}'
+    assert not (other / "launch.sh").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_emit_rejects_mismatched_job_and_file_target(tmp_path, one_node):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    with pytest.raises(UserError, match="plan differs"):
+        emit(lc, make_job(Plan(dp=1, micro_batch_size=8), wl), tmp_path)
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(UserError, match="is not a folder"):
+        emit(lc, make_job(plan, wl), f)
+
+
+def test_render_launch_text(two_nodes):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(pp=2, dp=2, micro_batch_size=1, num_micro_batches=4, nodes=2, devices_per_node=2)
+    text = render_launch(build_launch(plan, two_nodes, wl))
+    assert "Plan    : pp2xdp2" in text and "Node 1 (n1): NODE_RANK=1 bash launch.sh" in text
+    assert "NCCL_SOCKET_IFNAME=eno1    #" in text and "$ torchrun" in text and "Notes:" in text
