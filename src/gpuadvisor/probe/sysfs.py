@@ -14,7 +14,7 @@ from typing import Optional
 
 from ..schemas.hardware import Nic
 
-__all__ = ["read_nics", "rdma_netdevs", "SPEED_SENTINELS_MBPS"]
+__all__ = ["read_nics", "rdma_netdevs", "virtual_netdevs", "SPEED_SENTINELS_MBPS"]
 
 SPEED_SENTINELS_MBPS = frozenset({-1, 0, 65535, 4294967295})
 _ARPHRD_INFINIBAND = 32
@@ -177,4 +177,14 @@ def rdma_netdevs(root: str | os.PathLike[str] = "/") -> dict[str, list[str]]:
         names = [p.name for p in _listdir(dev / "device" / "net")]
         if names:
             out[dev.name] = names
+    return out
+
+
+def virtual_netdevs(root: str | os.PathLike[str] = "/") -> set[str]:
+    """Names of netdevs that are loopback or virtual (veth, bridges, docker0...): never a GPU's closest NIC."""
+    out: set[str] = set()
+    for entry in _listdir(Path(root) / "sys" / "class" / "net"):
+        arptype = _int(_read(entry / "type"))
+        if entry.name == "lo" or arptype == _ARPHRD_LOOPBACK or _is_virtual(entry):
+            out.add(entry.name)
     return out

@@ -1,0 +1,115 @@
+"""`gpuadvisor probe`: show what is on this host (GPUs, links, NICs, CPU/RAM), optionally measure and save it."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..errors import UserError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `probe` subcommand to the top-level parser."""
+    p = sub.add_parser(
+        "probe",
+        help="show this host's GPUs, links, NICs and CPU/RAM",
+        description="Probe this host: NVML GPUs, `nvidia-smi topo -m`, NICs (sysfs), CPU and RAM. "
+        "A host without GPUs is a normal result.",
+    )
+    p.add_argument("--json", action="store_true",
+                   help="print the ProbeReport as JSON (with --measure: {probe, measure, health})")
+    p.add_argument("--topo-file", metavar="FILE",
+                   help="use a saved `nvidia-smi topo -m` capture instead of running nvidia-smi")
+    p.add_argument("--save", metavar="FILE", help="write the cluster file built from this probe")
+    p.add_argument("--cpu-ranks", type=int, metavar="N",
+                   help="with --save on a GPU-less host: model N CPU ranks (gloo)")
+    p.add_argument("--measure", action="store_true",
+                   help="also run the measuring probes (collectives, GEMM, copies; needs torch)")
+    p.add_argument("--quick", action="store_true", help="with --measure: fewer sizes and repeats")
+    p.add_argument("--sysfs-root", metavar="DIR", default="/", help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def _optional(module: str, name: str, feature: str) -> Callable[..., Any]:
+    """Import `name` from `module`, or raise a one-line UserError saying the feature is not installed."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
+            raise UserError(f"{feature} is not installed in this gpuadvisor build ({module} is missing)") from None
+        raise
+    fn = getattr(mod, name, None)
+    if fn is None:
+        raise UserError(f"{feature} is not installed in this gpuadvisor build ({module}.{name} is missing)")
+    return fn
+
+
+def _health(report: Any, measured: Any) -> Optional[list[str]]:
+    """Health findings when that module is installed, else None (the section is left out)."""
+    try:
+        from ..probe.health import findings
+    except ModuleNotFoundError as exc:
+        if exc.name and "gpuadvisor" in exc.name:
+            return None
+        raise
+    return list(findings(report, measured))
+
+
+def _read_topo(path: str) -> str:
+    """The capture's text, validated by the parser; one-line UserError when unreadable or not a matrix."""
+    from ..probe.topo import TopoParseError, parse_topo
+
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read topology file {path}: {exc.strerror or exc}; "
+                        "save it with `nvidia-smi topo -m > FILE`") from None
+    try:
+        parse_topo(text)
+    except TopoParseError as exc:
+        raise TopoParseError(f"{path}: {exc}") from None
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle `gpuadvisor probe`: probe, optionally measure, print (table or JSON), optionally save."""
+    from ..probe.inventory import probe_host
+    from ..probe.render import render_report
+
+    if args.quick and not args.measure:
+        raise UserError("--quick only applies with --measure; add --measure or drop --quick")
+    if args.cpu_ranks is not None and args.cpu_ranks < 1:
+        raise UserError(f"--cpu-ranks must be at least 1, got {args.cpu_ranks}")
+    if args.cpu_ranks is not None and not args.save:
+        raise UserError("--cpu-ranks only applies with --save FILE; add --save or drop --cpu-ranks")
+    topo_text = _read_topo(args.topo_file) if args.topo_file else None
+    build = save = None
+    if args.save:  # check the feature before spending time on probes
+        build = _optional("gpuadvisor.hardware.build", "cluster_from_probe", "--save (cluster building)")
+        save = _optional("gpuadvisor.hardware.cluster_file", "save_cluster", "--save (cluster files)")
+    report = probe_host(sysfs_root=args.sysfs_root, topo_text=topo_text)
+    measured = None
+    if args.measure:
+        run_measurements = _optional("gpuadvisor.probe.measure", "run_measurements", "--measure")
+        measured = run_measurements(nproc=None, quick=args.quick)
+    health = _health(report, measured)
+    if args.json:
+        if measured is None:
+            print(report.model_dump_json(indent=2))
+        else:
+            doc = {"probe": report.model_dump(mode="json"), "measure": measured.model_dump(mode="json"),
+                   "health": health}
+            print(json.dumps(doc, indent=2))
+    else:
+        sys.stdout.write(render_report(report, measured=measured, health=health))
+    if build is not None and save is not None:
+        cluster = build(report, cpu_ranks=args.cpu_ranks, measured=measured)
+        path = save(cluster, args.save)
+        print(f"saved cluster to {path or args.save}", file=sys.stderr)
+    return 0
