@@ -32,7 +32,10 @@ def default_shapes(on_gpu: bool, quick: bool) -> list[tuple[int, int, int]]:
     while s <= top:
         shapes.append((s, s, s))
         s *= 2
-    tokens, hiddens = (4096, (1024, 4096)) if on_gpu else (512, (256, 1024))
+    if on_gpu:
+        tokens, hiddens = 4096, (1024, 4096)
+    else:
+        tokens, hiddens = 512, ((256, 512) if quick else (256, 1024))
     if on_gpu and not quick:
         hiddens = (1024, 2048, 4096, 8192)
     for h in hiddens:

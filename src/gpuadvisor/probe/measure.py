@@ -116,17 +116,25 @@ def _tail(text: str, lines: int = 1) -> str:
     return " | ".join(kept)[-300:]
 
 
+def _describe(argv: Sequence[str]) -> str:
+    """A short one-line name for a command: its .py script, else its program."""
+    scripts = [os.path.basename(a) for a in argv if a.endswith(".py")]
+    name = scripts[0] if scripts else os.path.basename(argv[0]) if argv else "?"
+    return " ".join(name.split())[:80]
+
+
 def run_probe(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, str]] = None,
-              grace_s: float = TERM_GRACE_S) -> str:
+              grace_s: Optional[float] = None, name: Optional[str] = None) -> str:
     """Run one probe command (argument list, no shell) in its own session; return its stdout.
 
     On timeout the session's process group and every process tagged with this run's token (the
-    torchrun ranks sit in sessions of their own) get SIGTERM, `grace_s` seconds later SIGKILL,
-    and ProbeTimeout is raised. After a normal exit any straggler is killed too. `env` replaces
-    the inherited environment (the token is added to it).
-    Raises ProbeError when the command cannot start or exits non-zero.
+    torchrun ranks sit in sessions of their own) get SIGTERM, `grace_s` seconds (default
+    TERM_GRACE_S) later SIGKILL, and ProbeTimeout is raised. After a normal exit any straggler
+    is killed too. `env` replaces the inherited environment (the token is added to it); `name`
+    labels the probe in error messages. Raises ProbeError when the command cannot start or exits non-zero.
     """
     argv = [str(a) for a in argv]
+    label = name or _describe(argv)
     token = uuid.uuid4().hex
     full_env = dict(os.environ if env is None else env)
     full_env[TOKEN_VAR] = token
@@ -134,21 +142,21 @@ def run_probe(argv: Sequence[str], timeout_s: float, env: Optional[Mapping[str, 
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, env=full_env)
     except OSError as exc:
-        raise ProbeError(f"cannot start probe {shlex.join(argv)}: {exc}; check the Python path") from exc
+        raise ProbeError(f"cannot start probe {label} ({argv[0]}): {exc}; check the Python path") from exc
     try:
         out, err = proc.communicate(timeout=max(timeout_s, 0.0))
     except subprocess.TimeoutExpired:
-        _stop_all(proc, token, grace_s)
+        _stop_all(proc, token, TERM_GRACE_S if grace_s is None else grace_s)
         proc.communicate()
         raise ProbeTimeout(
-            f"probe {shlex.join(argv[-2:])} did not finish within {timeout_s:.0f} s and was killed; "
+            f"probe {label} did not finish within {timeout_s:.0f} s and was killed; "
             "raise the timeout or use --quick"
         ) from None
     finally:
         _reap_all(proc, token)
     if proc.returncode != 0:
         raise ProbeError(
-            f"probe {shlex.join(argv[-2:])} exited with status {proc.returncode}: "
+            f"probe {label} exited with status {proc.returncode}: "
             f"{_tail(err) or _tail(out) or 'no output'}; run it by hand to see the full error"
         )
     return out
@@ -270,7 +278,7 @@ def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: f
             warnings.append(f"{name}: {errors[-1]}")
             continue
         try:
-            parts[name] = parse_probe_output(run_probe(argv, left))
+            parts[name] = parse_probe_output(run_probe(argv, left, name=name))
         except ProbeError as exc:
             errors.append(exc)
             warnings.append(f"{name}: {exc}")
