@@ -151,8 +151,8 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         hosts = [(n.name, len(u)) for n, u in placed]  # ssh names, as in the emitted hostfile
         cmd = deepspeed_command(hosts, addr, port, trainer_args, hostfile=HOSTFILE)
         where = f" with a hostfile ({hostfile_text(hosts).strip().replace(chr(10), '; ')})" if multi else ""
-        notes.append(f"deepspeed launcher equivalent{where}, run once on node 0 (needs passwordless ssh "
-                     f"between nodes): {shlex.join(cmd)}")
+        ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
+        notes.append(f"deepspeed launcher equivalent{where}{ssh}: {shlex.join(cmd)}")
     if trainer_model_for(workload) is None:
         notes.append(f"'{workload.model.name}' is not one of the bundled trainer models (gpt, resnet18): keep the "
                      "launcher line and env, replace '-m gpuadvisor.trainers ...' by your training script")
