@@ -119,14 +119,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _emit(result, out_dir: Path, steps: int, confirmed) -> None:
     """Write the launch script and config files of the winner (the confirmed one if trials ran)."""
-    from ..launch import build_launch, emit
-    from ..schemas import TrainerJob
+    from ..launch import build_launch, emit, make_job
 
     launch = result.launch
     if confirmed is not None and getattr(confirmed, "winner", None) is not None:
         launch = build_launch(confirmed.winner, result.cluster, result.workload, confirmed.winner_estimate)
     if launch is None:
         raise UserError("nothing fits on this cluster, so there is no launch config to emit; see the ranking output")
-    job = TrainerJob(plan=launch.plan, workload=result.workload, steps=steps,
-                     trainer_model="gpt" if result.workload.model.kind == "transformer" else "resnet18")
-    emit(launch, job, out_dir)
+    emit(launch, make_job(launch.plan, result.workload, steps=steps), out_dir)
