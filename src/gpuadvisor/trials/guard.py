@@ -1,4 +1,4 @@
-"""Watchdog that runs one trial's launcher: `python -m gpuadvisor.trials.guard [options] -- ARGV...`.
+"""Watchdog that runs one trial's launcher: `python .../trials/guard.py [options] -- ARGV...`.
 
 The runner starts the guard as a session leader. The guard starts the launcher (torchrun) in its
 session, marks it with GPUADVISOR_TRIAL_TOKEN, becomes a child subreaper (orphaned ranks come
@@ -21,8 +21,13 @@ import sys
 import time
 from typing import Optional
 
-from .atomic import write_atomic
-from .procs import TOKEN_VAR, kill_all, reap_children
+if __package__:
+    from .atomic import write_atomic
+    from .procs import TOKEN_VAR, kill_all, reap_children
+else:  # run as a script (fast: skips importing the gpuadvisor package); siblings are stdlib-only
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from atomic import write_atomic  # type: ignore[no-redef]
+    from procs import TOKEN_VAR, kill_all, reap_children  # type: ignore[no-redef]
 
 PR_SET_CHILD_SUBREAPER = 36
 _stop_reason: Optional[str] = None

@@ -1,6 +1,6 @@
 """Minimal launcher for tests: start N ranks with torchrun's environment, without importing torch.
 
-`python -m gpuadvisor.trials.locallaunch --nproc N -- python trainer.py ...`. Exits non-zero when a
+`python .../trials/locallaunch.py --nproc N -- python trainer.py ...`. Exits non-zero when a
 rank fails (and stops the others), like torchrun. Ranks share the launcher's session.
 """
 from __future__ import annotations

@@ -18,6 +18,7 @@ from .procs import kill_all, stat
 
 Launcher = Literal["torchrun", "local"]
 RECORD = "record.json"
+HERE = Path(__file__).resolve().parent  # guard.py and locallaunch.py run as scripts: stdlib only, fast start
 ACTIVE = "active.json"
 
 
@@ -36,7 +37,7 @@ def launcher_argv(job_file: Path, out_dir: Path, job: TrainerJob, *, nproc: int,
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                 "--max-restarts", "0", *trainer_target(trainer_module), *trainer_args]
-    return [sys.executable, "-m", "gpuadvisor.trials.locallaunch", "--nproc", str(nproc), "--",
+    return [sys.executable, str(HERE / "locallaunch.py"), "--nproc", str(nproc), "--",
             sys.executable, *trainer_target(trainer_module), *trainer_args]
 
 
@@ -108,7 +109,7 @@ def run_trial(job: TrainerJob, out_dir: Union[str, Path], *, timeout_s: float, n
     prepare_trainer(job, trainer_module, full_env, timeout_s)
     argv = launcher_argv(job_file, out, job, nproc=nproc, trainer_module=trainer_module, launcher=launcher)
     remaining = max(1.0, timeout_s - (time.monotonic() - start))
-    guard_argv = [sys.executable, "-m", "gpuadvisor.trials.guard", "--token", token, "--timeout", f"{remaining:.3f}",
+    guard_argv = [sys.executable, str(HERE / "guard.py"), "--token", token, "--timeout", f"{remaining:.3f}",
                   "--grace", str(grace_s), "--status", str(out / "guard.json"), "--", *argv]
     with open(out / "stdout.log", "wb") as so, open(out / "stderr.log", "wb") as se:
         guard = subprocess.Popen(guard_argv, stdin=subprocess.PIPE, stdout=so, stderr=se, env=full_env,

@@ -1,0 +1,287 @@
+"""`confirm`: an Optuna study that runs the cost model's top plans for real, then explores around them.
+
+Flow: build the space (feasible candidates + estimates) -> open or resume the study (refusing a
+fingerprint mismatch) -> fail stale trials of a crashed advisor and retry each once -> while budget
+remains: ask for a plan (enqueued seeds first, then `PlanSampler`), run it with `run_trial`, store
+the record and measurement rows, tell Optuna -> summarise predicted vs measured.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .. import __version__
+from ..errors import UserError
+from ..paths import user_data_dir
+from ..schemas import Cluster, TrainerJob, Workload
+from .atomic import write_atomic
+from .progress import ProgressArg, make_progress
+from .runner import Launcher, reap_stale, run_trial
+from .schemas import ConfirmResult, TrialRow
+from .space import DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next, trial_status
+from .store import MeasurementStore, rows_from_trial
+from .procs import alive, stat
+
+MIN_TRIAL_S = 5.0
+
+
+def _h(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint_parts(cluster: Cluster, workload: Workload, space: SearchSpace, steps: int, warmup: int) -> dict:
+    """Hashes of what a study's results depend on: hardware, workload, search space, version."""
+    return {"hardware": _h(cluster.model_dump(mode="json")), "workload": _h(workload.model_dump(mode="json")),
+            "search space": space.fingerprint(steps, warmup), "gpuadvisor version": __version__}
+
+
+def _open_study(name: str, storage: Any, sampler: PlanSampler, parts: dict, fp: str, masked: str):
+    """Create the study, or resume it after checking its fingerprint (mismatch: one-line UserError)."""
+    import optuna
+
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
+                                load_if_exists=True)
+    attrs = study.user_attrs
+    if "fingerprint" not in attrs:
+        if study.trials:
+            raise UserError(f"study '{name}' in {masked} was not made by gpuadvisor confirm; pick another --study name")
+        study.set_user_attr("fingerprint", fp)
+        study.set_user_attr("fingerprint_parts", parts)
+        study.set_user_attr("elapsed_s", 0.0)
+        return study, False
+    if attrs["fingerprint"] != fp:
+        old = attrs.get("fingerprint_parts", {})
+        diff = [k for k in parts if old.get(k) != parts[k]] or ["fingerprint"]
+        raise UserError(f"study '{name}' was made for a different {', '.join(diff)}; refusing to resume it "
+                        f"(pick a new --study name, or rerun with the original settings)")
+    return study, True
+
+
+def _recover_stale(study: Any, storage: Any) -> list[int]:
+    """Fail RUNNING trials whose advisor died (same host, dead pid; or heartbeat stale) and retry each once."""
+    import optuna
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        w = t.user_attrs.get("worker") or {}
+        if w.get("host") != host or alive(int(w.get("pid", 0)), w.get("pid_start")):
+            continue
+        if t.user_attrs.get("out_dir"):
+            reap_stale(t.user_attrs["out_dir"])
+        try:
+            storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        storage.set_trial_user_attr(t._trial_id, "status_note", "stale: gpuadvisor stopped during the trial")
+        failed.append(t.number)
+        cb = storage.get_heartbeat_stale_trial_callback()
+        if cb is not None:
+            cb(study, storage.get_trial(t._trial_id))
+    optuna.storages.fail_stale_trials(study)  # other hosts: heartbeat older than the grace period
+    return failed
+
+
+class _Heartbeat:
+    """Record the trial's heartbeat while it runs (other workers fail it when this stops)."""
+
+    def __init__(self, storage: Any, trial_id: int):
+        self.storage, self.trial_id, self.stop = storage, trial_id, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        interval = self.storage.get_heartbeat_interval() or 10
+        while not self.stop.is_set():
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # a transient DB error must not kill the trial
+                pass
+            self.stop.wait(interval)
+
+    def __enter__(self) -> "_Heartbeat":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def _add_elapsed(study: Any, seconds: float) -> float:
+    """Add to the study's elapsed time (counts across restarts) and return the total."""
+    total = float(study.user_attrs.get("elapsed_s", 0.0)) + seconds
+    study.set_user_attr("elapsed_s", round(total, 3))
+    return total
+
+
+def _trial_timeout(est: Any, steps: int, warmup: int, override: Optional[float]) -> float:
+    """Per-trial deadline: launch overhead plus a generous multiple of the predicted run time."""
+    if override:
+        return override
+    return 120.0 + 5.0 * est.step_time_s * (steps + warmup)
+
+
+def _rows(study: Any, space: SearchSpace) -> list[TrialRow]:
+    """The result table from the stored trials."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        key = t.user_attrs.get("plan") or space.plan_for(t.params)
+        if key is None or key not in space.estimates:
+            continue
+        est = space.estimates[key]
+        meas = t.value if trial_status(t) == "ok" else None
+        out.append(TrialRow(
+            number=t.number, trial_id=t.user_attrs.get("trial_id", f"t{t.number:04d}"), plan=est.plan, plan_str=key,
+            status=trial_status(t), seed_rank=space.seeds.index(key) if key in space.seeds else None,
+            predicted_tokens_per_s=est.tokens_per_s, measured_tokens_per_s=meas,
+            measured_over_predicted=(meas / est.tokens_per_s) if meas and est.tokens_per_s else None,
+            predicted_peak_memory_bytes=est.memory.total,
+            measured_peak_memory_bytes=t.user_attrs.get("measured_peak_memory_bytes"),
+            error=t.user_attrs.get("error") or t.user_attrs.get("status_note"), error_file=t.user_attrs.get("error_file"),
+            duration_s=float(t.user_attrs.get("duration_s", 0.0)), retry_of=t.system_attrs.get("failed_trial")))
+    return out
+
+
+def _summary(study: Any, space: SearchSpace, name: str, masked: str, fp: str, budget_s: float,
+             exhausted: bool, notes: list[str]) -> ConfirmResult:
+    """Build the ConfirmResult: winner, first pick and its gap to the measured best."""
+    rows = _rows(study, space)
+    ok = [r for r in rows if r.status == "ok"]
+    best = max(ok, key=lambda r: r.measured_tokens_per_s or 0.0) if ok else None
+    first = space.seeds[0] if space.seeds else None
+    first_meas = next((r.measured_tokens_per_s for r in ok if r.plan_str == first), None)
+    gap = None
+    if best and first_meas:
+        gap = round(100.0 * (best.measured_tokens_per_s - first_meas) / best.measured_tokens_per_s, 3)
+    elif first and best:
+        notes.append("the cost model's first pick did not produce valid metrics")
+    return ConfirmResult(
+        study_name=name, storage=masked, fingerprint=fp, trials=rows, winner=best.plan if best else None,
+        winner_estimate=space.estimates[best.plan_str] if best else None,
+        winner_measured_tokens_per_s=best.measured_tokens_per_s if best else None,
+        first_pick=space.estimates[first].plan if first else None, first_pick_measured_tokens_per_s=first_meas,
+        first_pick_gap_pct=gap, elapsed_s=float(study.user_attrs.get("elapsed_s", 0.0)), budget_s=budget_s,
+        exhausted=exhausted, notes=notes)
+
+
+def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: float = 900.0, steps: int = 20,
+            warmup: int = 3, storage: Optional[str] = None, study_name: Optional[str] = None,
+            trainer_module: str = "gpuadvisor.trainers", progress: ProgressArg = None,
+            planner: Optional[Planner] = None, correction: Any = None, trial_timeout_s: Optional[float] = None,
+            trial_env: Optional[Mapping[str, str]] = None, launcher: Launcher = "torchrun", grace_s: float = 5.0,
+            store_path: Optional[str] = None, work_dir: Optional[str] = None, seed: int = 0) -> ConfirmResult:
+    """Confirm the cost model's top plans with short real runs; return predicted vs measured and the winner.
+
+    The study is seeded with the cost model's `top_k` plans (enqueued), then explores plans near the best
+    measured ones while `budget_s` (counted across restarts) remains. Every plan runs at most once; an OOM
+    rules out the plan and larger micro-batches of its layout. `storage` is None (SQLite file
+    <user data>/studies.db, this process the only writer), a SQLite path, or postgresql://... for several
+    workers. The study name defaults to one derived from the fingerprint of cluster, workload, search space
+    and gpuadvisor version, so rerunning the same command resumes it; resuming a named study with a
+    different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
+    once. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
+    """
+    import optuna
+
+    if top_k < 1 or budget_s <= 0 or steps < 1 or warmup < 0:
+        raise UserError("confirm needs top_k >= 1, budget_s > 0, steps >= 1 and warmup >= 0")
+    show = make_progress(progress)
+    planner = planner or DefaultPlanner(cluster, workload, correction)
+    space = SearchSpace(planner.estimates(), planner.top(top_k), workload)
+    parts = fingerprint_parts(cluster, workload, space, steps, warmup)
+    fp = _h(parts)[:16]
+    name = study_name or f"confirm-{fp[:12]}"
+    from .storage import open_storage
+
+    st, masked = open_storage(storage)
+    sampler = PlanSampler(space, seed=seed)
+    study, resumed = _open_study(name, st, sampler, parts, fp, masked)
+    if not resumed:
+        for i, key in enumerate(space.seeds):
+            study.enqueue_trial(space.param_dict(space.estimates[key].plan), user_attrs={"seed_rank": i},
+                                skip_if_exists=True)
+    stale = _recover_stale(study, st)
+    notes = [f"resumed study '{name}'"] if resumed else []
+    if stale:
+        notes.append(f"trials {stale} were left unfinished by a stopped gpuadvisor; each is retried once")
+    base = Path(work_dir) if work_dir else user_data_dir() / "trials" / name
+    store = MeasurementStore(store_path)
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": getattr(stat(os.getpid()), "starttime", None)}
+    show({"event": "start", "message": f"study '{name}' ({len(space.estimates)} feasible plans, top {top_k} first, "
+                                       f"budget {budget_s:.0f}s, storage {masked})"})
+    exhausted = False
+    while True:
+        elapsed = float(study.user_attrs.get("elapsed_s", 0.0))
+        remaining = budget_s - elapsed
+        trials = study.get_trials(deepcopy=False)
+        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
+        if not waiting and choose_next(space, trials) is None:
+            exhausted = True
+            break
+        if remaining < MIN_TRIAL_S:
+            break
+        t0 = time.monotonic()
+        trial = study.ask()
+        dists = space.distributions()
+        params = {f: trial.suggest_categorical(f, dists[f].choices) for f in space.fields}
+        key = space.plan_for(params)
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        if key is None or key in blocked_plans(space, others):
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("plan", key)
+            trial.set_user_attr("error", "not run: not a candidate, already tried, or ruled out by an earlier OOM")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        est = space.estimates[key]
+        trial_id = f"{name}-t{trial.number:04d}"
+        out_dir = base / f"t{trial.number:04d}"
+        for k, v in {"plan": key, "trial_id": trial_id, "worker": me, "out_dir": str(out_dir),
+                     "predicted_tokens_per_s": est.tokens_per_s}.items():
+            trial.set_user_attr(k, v)
+        seed_rank = trial.user_attrs.get("seed_rank") if hasattr(trial, "user_attrs") else None
+        best = study.best_value if any(trial_status(t) == "ok" for t in others) else None
+        show({"event": "trial", "n": trial.number + 1, "plan": key, "seed_rank": seed_rank, "top_k": top_k,
+              "elapsed_s": elapsed, "budget_s": budget_s, "best_tokens_per_s": best})
+        job = TrainerJob(plan=est.plan, workload=workload, steps=steps, warmup=warmup,
+                         trainer_model="resnet18" if "resnet" in workload.model.name.lower() else "gpt")
+        timeout = min(_trial_timeout(est, steps, warmup, trial_timeout_s), max(MIN_TRIAL_S, remaining))
+        try:
+            with _Heartbeat(st, trial._trial_id):
+                rec = run_trial(job, out_dir, timeout_s=timeout, nproc=est.plan.devices_per_node,
+                                trainer_module=trainer_module, env=trial_env, trial_id=trial_id, study=name,
+                                grace_s=grace_s, estimate=est, launcher=launcher)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status_note", "stale: interrupted")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            cb = st.get_heartbeat_stale_trial_callback()
+            if cb is not None:
+                cb(study, study.get_trials(deepcopy=False)[trial.number])
+            _add_elapsed(study, time.monotonic() - t0)
+            raise
+        write_atomic(base / "results" / f"{trial_id}.json", rec.model_dump_json(indent=1))
+        for row in rows_from_trial(rec, cluster, workload, est):
+            store.append(row)
+        for k, v in {"status": rec.status, "error": rec.error, "error_file": rec.error_file,
+                     "duration_s": rec.duration_s, "measured_peak_memory_bytes": rec.measured_peak_memory_bytes}.items():
+            if v is not None:
+                trial.set_user_attr(k, v)
+        if rec.status == "ok":
+            study.tell(trial, rec.measured_tokens_per_s)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        total = _add_elapsed(study, time.monotonic() - t0)
+        best = study.best_value if rec.status == "ok" or best else best
+        show({"event": "result", "n": trial.number + 1, "plan": key, "status": rec.status,
+              "measured": rec.measured_tokens_per_s, "predicted": est.tokens_per_s, "best_tokens_per_s": best,
+              "elapsed_s": total, "budget_s": budget_s})
+    result = _summary(study, space, name, masked, fp, budget_s, exhausted, notes)
+    show({"event": "done", "message": (f"winner {result.winner.to_string()} at {result.winner_measured_tokens_per_s:,.0f} "
+                                       f"tok/s" if result.winner else "no trial produced valid metrics")})
+    return result
