@@ -10,17 +10,17 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
-from ...cli.render import human_bytes, human_rate, plan_label
+from ...cli.render import human_rate
 from .base import StepScreen
 
 
-def _trial_row(rec: Any) -> tuple[str, ...]:
-    """One predicted-vs-measured row of a TrialRecord."""
-    pred, meas = rec.predicted_tokens_per_s, rec.measured_tokens_per_s
-    err = f"{(meas - pred) / pred:+.0%}" if pred and meas else "-"
-    mem = human_bytes(rec.measured_peak_memory_bytes) if rec.measured_peak_memory_bytes else "-"
-    return (rec.trial_id[-8:], rec.plan.strategy + f" mb={rec.plan.micro_batch_size}", rec.status,
-            human_rate(pred) if pred else "-", human_rate(meas) if meas else "-", err, mem)
+def _rate(x: Any) -> str:
+    return human_rate(float(x)) if x else "-"
+
+
+def _error(pred: Any, meas: Any) -> str:
+    """Measured vs predicted, as a signed percentage."""
+    return f"{(float(meas) - float(pred)) / float(pred):+.0%}" if pred and meas else "-"
 
 
 class ConfirmScreen(StepScreen):
@@ -52,8 +52,7 @@ class ConfirmScreen(StepScreen):
         yield table
 
     def on_mount(self) -> None:
-        self.query_one("#trials", DataTable).add_columns("trial", "plan", "status", "predicted", "measured",
-                                                          "error", "peak mem")
+        self.query_one("#trials", DataTable).add_columns("#", "plan", "status", "predicted", "measured", "error")
 
     # ---- start / cancel -----------------------------------------------------------------------------
     @on(Button.Pressed, "#start")
@@ -77,8 +76,7 @@ class ConfirmScreen(StepScreen):
         w.confirmed = None
         self._rows.clear()
         self.query_one("#trials", DataTable).clear()
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=top_k, progress=0)
+        self.query_one("#progress", ProgressBar).update(total=budget_s, progress=0)
         self._cancel = threading.Event()
         self._running(True)
         self.query_one("#trial-status", Static).update(f"Running up to {top_k} trials, budget {budget_s:.0f} s…")
@@ -107,8 +105,8 @@ class ConfirmScreen(StepScreen):
         w = self.wizard
         s = w.suggestion
 
-        def progress(record: Any) -> None:
-            self.app.call_from_thread(self._trial, record)
+        def progress(ev: dict[str, Any]) -> None:
+            self.app.call_from_thread(self._event, dict(ev))
 
         try:
             result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
@@ -118,17 +116,29 @@ class ConfirmScreen(StepScreen):
             return
         self.app.call_from_thread(self._finished, result, None)
 
-    def _trial(self, rec: Any) -> None:
+    def _event(self, ev: dict[str, Any]) -> None:
+        """One progress event of the study: start / trial (began) / result / note / done."""
+        kind = ev.get("event")
         table = self.query_one("#trials", DataTable)
-        row = _trial_row(rec)
-        if rec.trial_id in self._rows:
-            for col, value in zip(table.columns, row):
-                table.update_cell(rec.trial_id, col, value)
-        else:
-            table.add_row(*row, key=rec.trial_id)
-        self._rows[rec.trial_id] = rec
-        done = sum(1 for r in self._rows.values() if r.status != "running")
-        self.query_one("#progress", ProgressBar).update(progress=done)
+        if "elapsed_s" in ev:
+            self.query_one("#progress", ProgressBar).update(progress=float(ev["elapsed_s"]))
+        if kind == "trial":
+            key = str(ev.get("n"))
+            if key not in self._rows:
+                table.add_row(key, str(ev.get("plan", "")), "running", _rate(ev.get("predicted")), "-", "-", key=key)
+            self._rows[key] = ev
+        elif kind == "result":
+            key = str(ev.get("n"))
+            row = (key, str(ev.get("plan", "")), str(ev.get("status", "")), _rate(ev.get("predicted")),
+                   _rate(ev.get("measured")), _error(ev.get("predicted"), ev.get("measured")))
+            if key in self._rows:
+                for col, value in zip(table.columns, row):
+                    table.update_cell(key, col, value)
+            else:
+                table.add_row(*row, key=key)
+            self._rows[key] = ev
+        elif kind in ("start", "note", "done") and ev.get("message"):
+            self.query_one("#trial-status", Static).update(Text(str(ev["message"])))
 
     def _finished(self, result: Any, exc: Optional[BaseException]) -> None:
         self._running(False)
@@ -139,8 +149,6 @@ class ConfirmScreen(StepScreen):
             status.update(Text(f"✗ trials stopped: {' '.join(str(exc).split())}", style="red"))
             return
         self.wizard.confirmed = result
-        for rec in getattr(result, "trials", []) or []:
-            self._trial(rec)
         winner = getattr(result, "winner", None)
         if winner is not None:
             text = f"✓ confirmed winner: {winner.to_string()} (Export writes its launch files)"

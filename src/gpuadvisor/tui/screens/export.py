@@ -73,7 +73,14 @@ class ExportScreen(StepScreen):
             w.show_error(exc, "Writing the launch files")
             return
         files = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        nodes = w.suggestion.launch.nodes if w.suggestion.launch is not None else []
+        if len(nodes) > 1:
+            starts = [f"  on {n.node}: NODE_RANK={n.node_rank} bash {out}/launch.sh\n" for n in nodes]
+            command = f"NODE_RANK=<i> bash {out}/launch.sh"
+        else:
+            starts = [f"  bash {out}/launch.sh\n"]
+            command = f"bash {out}/launch.sh"
         self.query_one("#launch", Static).update(Text.assemble(
             ("✓ wrote ", "green"), (f"{', '.join(files)} to {out}/\n\n", ""),
-            ("Start training on every node with:\n", "bold"), (f"  bash {out}/launch.sh\n", "bold cyan")))
-        self.notify(f"Start training with: bash {out}/launch.sh", title="Launch files written")
+            ("Start training (on every node at once):\n", "bold"), *((line, "bold cyan") for line in starts)))
+        self.notify(f"Start training with: {command}", title="Launch files written", markup=False)

@@ -17,6 +17,7 @@ GOALS: tuple[tuple[str, str], ...] = (
     ("memory", "Most memory headroom: lowest peak memory per GPU"),
     ("time", "Shortest time to train the token budget"),
     ("cost", "Cheapest for the token budget (price per GPU-hour)"),
+    ("largest", "Largest model that fits (sizes 10M..175B, your seq len and batch)"),
 )
 
 

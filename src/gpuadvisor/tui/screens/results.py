@@ -67,6 +67,41 @@ def render_detail(e: Estimate, rank: int, baseline: Optional[Estimate] = None) -
     return Group(*parts)
 
 
+def largest_fitting(cluster: Any, workload: Any) -> Any:
+    """The largest catalog size (same training settings) for which api.suggest finds a feasible plan.
+
+    Binary search over the size table, assuming a larger model never fits where a smaller one does not.
+    """
+    from ... import api
+    from ...workload import catalog
+
+    t = workload.training
+    sizes = [label for _, (label, _) in sorted(catalog.sizes().items())]
+
+    def fits(label: str) -> Any:
+        try:
+            wl = api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch, precision=t.precision,
+                                   token_budget=t.token_budget)
+        except ValueError:
+            return None  # e.g. seq_len beyond this model's position table
+        return wl if api.suggest(wl, cluster=cluster, top=1).ranking.top else None
+
+    lo, hi, best = 0, len(sizes) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        wl = fits(sizes[mid])
+        if wl is not None:
+            best, lo = wl, mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        from ...errors import UserError
+
+        raise UserError(f"not even the smallest model ({sizes[0]}) fits with seq len {t.seq_len} and "
+                        f"global batch {t.global_batch}; lower them on the Model step")
+    return best
+
+
 class ResultsScreen(StepScreen):
     """Ranked table on top, the selected plan below; what-if controls re-rank in a worker."""
 
@@ -135,6 +170,9 @@ class ResultsScreen(StepScreen):
         from ... import api
 
         try:
+            if objective == "largest":
+                workload = largest_fitting(cluster, workload)
+                objective = "throughput"
             base = api.suggest(workload, cluster=cluster, objective=objective, top=top, price_per_gpu_hour=price)
             result = base
             if specs:
@@ -162,6 +200,8 @@ class ResultsScreen(StepScreen):
         w.confirmed = None
         r = result.ranking
         status = f"{r.n_candidates} plans, {r.n_feasible} feasible, by {r.objective}"
+        if w.objective == "largest":
+            status = f"largest model that fits: {result.workload.model.name}; " + status
         if w.what_if:
             b = base.ranking.top[0].tokens_per_s if base.ranking.top else 0.0
             a = r.top[0].tokens_per_s if r.top else 0.0
