@@ -196,7 +196,8 @@ def _pydantic_error(fname: str, exc: ValidationError, lines: dict[Loc, int], bas
     """The first (most specific) validation error as one line."""
     errs = exc.errors()
     # union errors come once per branch; prefer the one whose location resolves deepest
-    err = max(errs, key=lambda e: len(_resolve(base + tuple(e["loc"]), lines)[0]))
+    # a typo (unknown field) explains a "missing" sibling: report it first
+    err = max(errs, key=lambda e: (e["type"] == "extra_forbidden", len(_resolve(base + tuple(e["loc"]), lines)[0])))
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown field; check the spelling (see docs/cluster-file.md)"
@@ -434,7 +435,12 @@ def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = 
     defaults.pop("count", None)
     for i, raw in enumerate(doc.nodes):
         own = raw.model_dump(exclude_unset=True)
-        merged = NodeSpec.model_validate({**defaults, **own})
+        inherited = dict(defaults)
+        if "cpu_ranks" in own:  # a node's own device kind replaces the inherited one
+            inherited.pop("gpus", None)
+        if "gpus" in own:
+            inherited.pop("cpu_ranks", None)
+        merged = NodeSpec.model_validate({**inherited, **own})
         for k in range(merged.count):
             if merged.name:
                 name = merged.name if merged.count == 1 else f"{merged.name}{k}"

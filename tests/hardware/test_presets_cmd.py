@@ -1,0 +1,22 @@
+"""`gpuadvisor presets` prints every preset as a table row or JSON."""
+import json
+
+from gpuadvisor.cli import main
+from gpuadvisor.hardware.presets import list_presets
+
+
+def test_table(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["NAME", "NODESxDEV", "DEVICE"]
+    for name in list_presets():
+        assert name in out
+    assert "1G tcp 0.113 GB/s" in out
+
+
+def test_json(capsys):
+    assert main(["presets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(list_presets())
+    nano = next(r for r in rows if r["name"] == "nano-cluster-2x2-a40-1gbe")
+    assert nano["devices_per_node"] == [2, 2] and "seed 000" in nano["source"]
