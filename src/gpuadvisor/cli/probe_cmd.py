@@ -41,9 +41,11 @@ def _optional(module: str, name: str, feature: str) -> Callable[..., Any]:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
-            raise UserError(f"{feature} is not installed in this gpuadvisor build ({module} is missing)") from None
-        raise
+        missing = exc.name or module
+        if missing.split(".")[0] == "gpuadvisor":
+            raise UserError(f"{feature} is not installed in this gpuadvisor build ({missing} is missing)") from None
+        raise UserError(f"{feature} needs the Python module '{missing}', which is not installed; "
+                        "install it and retry") from None
     fn = getattr(mod, name, None)
     if fn is None:
         raise UserError(f"{feature} is not installed in this gpuadvisor build ({module}.{name} is missing)")
