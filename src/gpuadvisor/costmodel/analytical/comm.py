@@ -1,0 +1,202 @@
+"""Collectives under the α–β model, and the slowest hop of a process group placed on a cluster.
+
+Formulas: Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations
+in MPICH" (ring all-reduce 2(n−1)/n·S/B + 2(n−1)·α; reduce-scatter and all-gather (n−1)/n·S/B +
+(n−1)·α); NCCL's busbw convention (nccl-tests PERFORMANCE.md). B is the slowest hop of the ring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...schemas import Cluster, LinkClass
+
+GB = 1e9
+
+
+def ring_allreduce_s(size_bytes: float, n: int, bw_gb_per_s: float, latency_us: float) -> float:
+    """Ring all-reduce: 2(n−1)/n · S/B + 2(n−1)·α (Thakur et al. 2005 §4.2; nccl-tests busbw)."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return 2.0 * (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + 2.0 * (n - 1) * latency_us * 1e-6
+
+
+def reduce_scatter_s(size_bytes: float, n: int, bw_gb_per_s: float, latency_us: float) -> float:
+    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + (n−1)·α."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + (n - 1) * latency_us * 1e-6
+
+
+all_gather_s = reduce_scatter_s
+
+
+def p2p_s(size_bytes: float, bw_gb_per_s: float, latency_us: float) -> float:
+    """One point-to-point message: α + S/B."""
+    return latency_us * 1e-6 + size_bytes / (bw_gb_per_s * GB)
+
+
+def link_kind(link_class: LinkClass) -> str:
+    """Coarse link kind used as breakdown key: nvlink, pcie, shm."""
+    if link_class == LinkClass.NVLINK:
+        return "nvlink"
+    if link_class == LinkClass.SHM:
+        return "shm"
+    return "pcie"
+
+
+@dataclass(frozen=True)
+class Group:
+    """How one kind of process group (tp, dp or pp) sits on the cluster."""
+
+    n: int                 # ranks in the group
+    nodes: int             # nodes one group spans
+    per_node: int          # ranks of one group on one node (max)
+    bw_gb_per_s: float     # slowest hop of the flat ring (NIC share included)
+    latency_us: float      # largest α on the ring
+    kind: str              # link kind of the slowest hop: nvlink/pcie/shm/network
+    intra_bw: float        # slowest intra-node hop among members (inf if none)
+    intra_lat: float
+    intra_kind: str
+    net_bw_per_flow: float  # NIC bandwidth per concurrent flow of this group kind (inf if intra)
+    flows_per_nic: int     # concurrent groups leaving the busiest node
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+class Topology:
+    """Per-cluster link matrices and a cache of group placements (the hot path's lookup table)."""
+
+    def __init__(self, cluster: Cluster, default_intra_gb_per_s: float = 8.0, default_intra_us: float = 10.0,
+                 net_efficiency: float = 1.0):
+        self.cluster = cluster
+        self.mats: list[list[list[tuple[float, float, str]]]] = []
+        for node in cluster.nodes:
+            devs = [d.index for d in node.devices]
+            known = [lk for lk in node.links]
+            fallback = (min((lk.bandwidth_gb_per_s for lk in known), default=default_intra_gb_per_s),
+                        max((lk.latency_us for lk in known), default=default_intra_us), "pcie")
+            mat = []
+            for a in devs:
+                row = []
+                for b in devs:
+                    lk = node.link(a, b) if a != b else None
+                    row.append((lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class)) if lk
+                               else fallback)
+                mat.append(row)
+            self.mats.append(mat)
+        net = cluster.network
+        self.net_bw = (net.bandwidth_gb_per_s * net_efficiency) if net else float("inf")
+        self.net_lat = net.latency_us if net else 0.0
+        self._cache: dict[tuple, Group] = {}
+
+    def group(self, kind: str, dp: int, tp: int, pp: int, nodes: int, gpn: int, order: str) -> Group:
+        """Placement of the `kind` groups ('tp', 'dp', 'pp') of a plan, cached by its degrees."""
+        key = (kind, dp, tp, pp, nodes, gpn, order)
+        g = self._cache.get(key)
+        if g is None:
+            g = self._cache[key] = self._place(kind, dp, tp, pp, nodes, gpn, order)
+        return g
+
+    def _place(self, kind: str, dp: int, tp: int, pp: int, nodes: int, gpn: int, order: str) -> Group:
+        """Enumerate every group of `kind`; ring hops -> slowest link, NIC flows per node."""
+        inf = float("inf")
+        # rank = tp_i + tp*(dp_i + dp*pp_i) for tp-dp-pp; rank = tp_i + tp*(pp_i + pp*dp_i) for tp-pp-dp
+        def rank(t: int, d: int, p: int) -> int:
+            return t + tp * (d + dp * p) if order == "tp-dp-pp" else t + tp * (p + pp * d)
+        groups = []
+        if kind == "tp":
+            groups = [[rank(t, d, p) for t in range(tp)] for d in range(dp) for p in range(pp)]
+        elif kind == "dp":
+            groups = [[rank(t, d, p) for d in range(dp)] for t in range(tp) for p in range(pp)]
+        else:
+            groups = [[rank(t, d, p) for p in range(pp)] for t in range(tp) for d in range(dp)]
+        n = len(groups[0])
+        if n == 1:
+            return Group(1, 1, 1, inf, 0.0, "none", inf, 0.0, "none", inf, 0)
+        flows = [0] * nodes
+        intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
+        span, per_node = 1, 1
+        for members in groups:
+            nodes_of = [r // gpn for r in members]
+            span = max(span, len(set(nodes_of)))
+            per_node = max(per_node, max(nodes_of.count(x) for x in set(nodes_of)))
+            for i, r in enumerate(members):
+                s = members[(i + 1) % n]
+                na, nb = r // gpn, s // gpn
+                if na == nb:
+                    mat = self.mats[min(na, len(self.mats) - 1)]
+                    la, lb = r % gpn, s % gpn
+                    if la < len(mat) and lb < len(mat):
+                        bw, lat, k = mat[la][lb]
+                        if bw < intra_bw:
+                            intra_bw, intra_kind = bw, k
+                        intra_lat = max(intra_lat, lat)
+                else:
+                    flows[na] += 1
+        busiest = max(flows) if flows else 0
+        if busiest:
+            per_flow = self.net_bw / busiest
+            bw = min(per_flow, intra_bw)
+            kind_s = "network" if per_flow <= intra_bw else intra_kind
+            lat = max(self.net_lat, intra_lat)
+        else:
+            per_flow, bw, kind_s, lat = inf, intra_bw, intra_kind, intra_lat
+        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, busiest)
+
+
+def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> float:
+    """All-reduce on a placed group: min of the flat ring and the hierarchical (2D) algorithm.
+
+    Hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/g by each local rank in
+    parallel (the g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split
+    (Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
+    """
+    if g.n <= 1:
+        return 0.0
+    flat = ring_allreduce_s(size_bytes, g.n, g.bw_gb_per_s, g.latency_us)
+    if g.nodes >= hier_min_nodes and g.per_node > 1 and g.intra_bw != float("inf"):
+        k, m = g.nodes, g.per_node
+        inter_bw = g.net_bw_per_flow / m if g.flows_per_nic else g.bw_gb_per_s
+        hier = (reduce_scatter_s(size_bytes, m, g.intra_bw, g.intra_lat)
+                + ring_allreduce_s(size_bytes / m, k, inter_bw, g.latency_us)
+                + all_gather_s(size_bytes, m, g.intra_bw, g.intra_lat))
+        return min(flat, hier)
+    return flat
+
+
+def group_rs_s(size_bytes: float, g: Group) -> float:
+    """Reduce-scatter (= all-gather time) on a placed group, flat ring."""
+    return reduce_scatter_s(size_bytes, g.n, g.bw_gb_per_s, g.latency_us) if g.n > 1 else 0.0
+
+
+def nic_bytes_allreduce(size_bytes: float, g: Group) -> float:
+    """Bytes one node's NIC sends for one all-reduce of every group of this kind (flat ring)."""
+    if g.n <= 1 or not g.flows_per_nic:
+        return 0.0
+    return g.flows_per_nic * 2.0 * (g.n - 1) / g.n * size_bytes
+
+
+def overlapped_exposed_s(comm_s: float, last_bucket_s: float, window_s: float, contention: float) -> float:
+    """Exposed time of communication that runs beside `window_s` of compute.
+
+    PyTorch DDP (Li et al. 2020 VLDB §3.2.3): buckets are all-reduced while backward continues;
+    the last bucket is always exposed and what exceeds the window is exposed. The hidden part still
+    slows compute by `contention` (NCCL kernels share SMs/HBM; Jangda et al. 2022 §2).
+    """
+    if comm_s <= 0:
+        return 0.0
+    hidden = max(0.0, min(comm_s - last_bucket_s, window_s))
+    return comm_s - hidden + contention * hidden
+
+
+def powersgd_ratio(rank: int, d_model: int) -> float:
+    """PowerSGD rank-r compression of an h×h-ish matrix: r·(n+m)/(n·m) (Vogels et al. 2019 §3)."""
+    return min(1.0, rank * 2.0 / max(d_model, 1))
+
+
+def pick(value: Optional[float], default: float) -> float:
+    """`value` unless None."""
+    return default if value is None else value

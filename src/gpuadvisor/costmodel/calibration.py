@@ -1,0 +1,75 @@
+"""Per-hardware-class calibration constants, read once from knowledge/calibration.yaml.
+
+Constants are keyed by GPU family (matched on the device name), link class or protocol — never by
+a measured row. A measured rate on the Cluster (Device.achieved_tflops) overrides the family default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..errors import UserError
+from ..paths import knowledge_dir
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """Saturating efficiency curve e(x) = e_max * x / (x + x_half)."""
+
+    family: str
+    e_max: float
+    x_half: float
+
+    def efficiency(self, x: float) -> float:
+        """Fraction of peak at GEMM size x (millions of elements, or GFLOP for generic models)."""
+        return self.e_max * x / (x + self.x_half) if x > 0 else 0.0
+
+
+@lru_cache(maxsize=4)
+def load_calibration(path: Optional[str] = None) -> dict[str, Any]:
+    """The calibration table as a dict (cached). `path` overrides knowledge/calibration.yaml."""
+    p = Path(path) if path else knowledge_dir() / "calibration.yaml"
+    try:
+        with open(p, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise UserError(f"cannot read calibration file {p}: {exc.strerror}; reinstall gpuadvisor") from None
+    if not isinstance(data, dict) or "gemm_efficiency" not in data:
+        raise UserError(f"calibration file {p} lacks 'gemm_efficiency'; restore it from the repository")
+    return data
+
+
+def gpu_family(device_name: str, spec_key: Optional[str] = None, cal: Optional[dict] = None) -> str:
+    """The calibration family whose `match` substrings occur in the device name (or spec key)."""
+    cal = cal or load_calibration()
+    fams = cal["gemm_efficiency"]["families"]
+    text = f"{device_name} {spec_key or ''}".lower()
+    for name, fam in fams.items():
+        for pat in fam.get("match", []):
+            if pat.lower() in text:
+                return name
+    return "default"
+
+
+def gemm_curve(device_name: str, spec_key: Optional[str] = None, generic: bool = False,
+               cal: Optional[dict] = None) -> GemmCurve:
+    """The GEMM efficiency curve of a device's family (or the generic-model curve)."""
+    cal = cal or load_calibration()
+    ge = cal["gemm_efficiency"]
+    if generic:
+        g = ge["generic"]
+        return GemmCurve("generic", float(g["e_max"]), float(g["x_half"]))
+    fam = gpu_family(device_name, spec_key, cal)
+    f = ge["families"][fam]
+    return GemmCurve(fam, float(f["e_max"]), float(f["x_half"]))
+
+
+def pcie_host_bandwidth(gen: Optional[int], cal: Optional[dict] = None) -> float:
+    """Pinned host<->device copy bandwidth (GB/s) for a PCIe generation (x16)."""
+    cal = cal or load_calibration()
+    table = cal["offload"]["pcie_host_gb_per_s"]
+    return float(table.get(gen, table.get(str(gen), table["default"])) if gen else table["default"])

@@ -1,0 +1,133 @@
+"""Rank candidate plans: filter infeasible ones (counted per reason), sort by objective, explain."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..costmodel.combine import apply_correction, fast_eval, make_context, to_estimate
+from ..costmodel.correction import Correction, NoCorrection
+from ..costmodel.rules import load_rules
+from ..candidates import SearchSpace, enumerate_plans
+from ..errors import UserError
+from ..schemas import Cluster, Estimate, Ranking, Workload
+
+OBJECTIVES = ("throughput", "memory", "time", "cost")
+
+
+def _shape(p) -> tuple:
+    """Plans that differ only in minor knobs share a shape; the top list shows the best of each."""
+    return (p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.nodes, p.devices_per_node)
+
+
+def _key(objective: str, e, price: Optional[float]):
+    if objective == "memory":
+        return (e.mem.total, -e.tps)
+    if objective == "cost":
+        return (e.plan.world_size / e.tps, -e.tps)
+    return (-e.tps,)
+
+
+def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput", top: int = 10,
+         price_per_gpu_hour: Optional[float] = None, correction: Optional[Correction] = None,
+         allow_fewer_devices: bool = True, allow_tp_across_nodes: bool = False,
+         allow_comm_hooks: bool = False, space: Optional[SearchSpace] = None) -> Ranking:
+    """Enumerate, estimate and sort every plan for `workload` on `cluster`.
+
+    objective: throughput (tokens/s), time (time to train the token budget), memory (lowest peak),
+    cost (GPU-hours per token, × price if given). Returns the top plans (one per dp/tp/pp/ZeRO/
+    placement shape) with one-sentence reasons, counts of infeasible plans per reason, and — when
+    nothing fits — the smallest change that would.
+    """
+    if objective not in OBJECTIVES:
+        raise UserError(f"unknown objective '{objective}'; use one of {', '.join(OBJECTIVES)}")
+    if top < 1:
+        raise UserError(f"top must be at least 1, got {top}")
+    ctx = make_context(cluster, workload)
+    rules = load_rules()
+    reasons: dict[str, int] = {}
+    best: dict[tuple, object] = {}
+    n = n_ok = 0
+    smallest = None
+    for plan in enumerate_plans(cluster, workload, allow_fewer_devices=allow_fewer_devices,
+                                allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
+                                space=space):
+        n += 1
+        e = fast_eval(plan, ctx, rules)
+        if not e.feasible:
+            reasons[e.reason] = reasons.get(e.reason, 0) + 1
+            if smallest is None or e.mem.total < smallest.mem.total:
+                smallest = e
+            continue
+        n_ok += 1
+        k = _shape(plan)
+        cur = best.get(k)
+        if cur is None or _key(objective, e, price_per_gpu_hour) < _key(objective, cur, price_per_gpu_hour):
+            best[k] = e
+    ordered = sorted(best.values(), key=lambda e: _key(objective, e, price_per_gpu_hour))
+    corr = correction or NoCorrection()
+    pool = ordered[: top * 3 if not isinstance(corr, NoCorrection) else top]
+    ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr), e) for e in pool]
+    if not isinstance(corr, NoCorrection):
+        ests.sort(key=lambda pe: _key(objective, pe[1], price_per_gpu_hour))
+    ests = ests[:top]
+    tops = [est.model_copy(update={"reasons": _reasons(est, ests[i + 1][0] if i + 1 < len(ests) else None,
+                                                        objective)})
+            for i, (est, _) in enumerate(ests)]
+    fits = None if n_ok else _fits_nowhere(smallest, ctx, n)
+    notes = []
+    if n_ok and tops and tops[0].plan.world_size < cluster.num_devices:
+        notes.append(f"the best plan uses {tops[0].plan.world_size} of {cluster.num_devices} devices: "
+                     "more would be slower on these links")
+    return Ranking(cluster_name=cluster.name, cluster_source=cluster.source, workload_name=workload.model.name,
+                   objective=objective, n_candidates=n, n_feasible=n_ok, top=tops, infeasible_reasons=reasons,
+                   fits_nowhere=fits, notes=notes)
+
+
+def _label(p) -> str:
+    s = p.strategy
+    where = f"{p.nodes}x{p.devices_per_node}"
+    return f"{s} on {where}" + (f" (mb={p.micro_batch_size}, m={p.num_micro_batches})")
+
+
+def _parts(est: Estimate) -> dict[str, float]:
+    d = {"compute": est.step.compute_s, "pipeline bubble": est.step.bubble_s, "offload": est.step.offload_s,
+         "optimizer": est.step.optimizer_s}
+    for k, v in est.step.comm_exposed_s.items():
+        kind, _, link = k.partition("@")
+        d[f"exposed {kind.upper()} communication over {link}"] = v
+    return d
+
+
+def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
+    """One sentence on why `a` ranks above `b`, from the largest per-token breakdown difference."""
+    if b is None:
+        return []
+    if objective == "memory":
+        return [f"{_label(a.plan)} needs {a.memory.total / 2**30:.1f} GiB per device vs "
+                f"{b.memory.total / 2**30:.1f} GiB for {_label(b.plan)}."]
+    ta, tb = a.tokens_per_s, b.tokens_per_s
+    # compare seconds per token of each component (batches may differ)
+    pa = {k: v / max(a.step_time_s * ta, 1e-12) for k, v in _parts(a).items()}
+    pb = {k: v / max(b.step_time_s * tb, 1e-12) for k, v in _parts(b).items()}
+    diffs = sorted(((pb.get(k, 0.0) - pa.get(k, 0.0), k) for k in set(pa) | set(pb)), reverse=True)
+    gain, what = diffs[0]
+    pct = (ta / tb - 1) * 100 if tb else float("inf")
+    why = f"less {what}" if gain > 0 else "a similar breakdown"
+    if objective == "cost" and a.plan.world_size < b.plan.world_size:
+        why = f"{b.plan.world_size - a.plan.world_size} fewer GPUs for {ta / tb:.2f}x the throughput"
+    return [f"{_label(a.plan)} beats {_label(b.plan)} by {pct:.0f}% in tokens/s: {why}."]
+
+
+def _fits_nowhere(e, ctx, n: int) -> str:
+    """The smallest change that would make some plan fit."""
+    if e is None:
+        return (f"no valid plan for {ctx.workload.model.name} on {ctx.cluster.name} ({n} candidates): "
+                "check that the global batch is divisible by the data-parallel degree")
+    need, cap = e.mem.total, ctx.mem_cap
+    if e.reason and "host" in e.reason:
+        return (f"even ZeRO-3 offload needs {e.mem.host * e.plan.devices_per_node / 2**30:.0f} GiB of host RAM per "
+                f"node; add host memory or GPUs")
+    more = math.ceil(need / cap * e.plan.world_size)
+    return (f"nothing fits: the leanest plan ({e.plan.to_string()}) needs {need / 2**30:.1f} GiB per device but "
+            f"{cap / 2**30:.1f} GiB are available; use about {more} such GPUs (ZeRO-3/pipeline shard the model "
+            f"further), a smaller micro-batch or sequence length, or ZeRO-3 with CPU offload and recompute")
