@@ -35,7 +35,7 @@ def _pcie(gen: Optional[int], width: Optional[int]) -> str:
     """'Gen4 x16', parts unknown shown as '?'."""
     if gen is None and width is None:
         return "-"
-    return f"Gen{_opt(gen) if gen else '?'} x{width if width else '?'}"
+    return f"Gen{gen if gen else '?'} x{width if width else '?'}"
 
 
 def _gpu_rows(gpus: list[GpuInfo]) -> list[str]:
