@@ -175,3 +175,8 @@ def test_real_measurements_two_gloo_ranks():
     if rep.device_kind == "cpu":
         assert ar.backend == "gloo"
         assert any("reduce_scatter" in w for w in rep.warnings)
+
+
+def test_one_rank_cannot_sweep_collectives():
+    with pytest.raises(UserError, match="need at least 2 ranks"):
+        run_measurements(nproc=1, probes=("collectives",))

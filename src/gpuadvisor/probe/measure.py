@@ -264,7 +264,8 @@ def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: f
         selected = list(probes)
         if nproc < 2 and "collectives" in selected:
             selected.remove("collectives")
-            warnings.append("collectives: skipped, they need at least 2 ranks (only 1 GPU visible)")
+            warnings.append(f"collectives: skipped, they need at least 2 ranks and nproc is {nproc}; "
+                            "pass nproc=2 or more (one rank per GPU)")
         all_cmds = probe_commands(nproc, quick)
         commands = {name: all_cmds[name] for name in selected}
 
@@ -283,5 +284,7 @@ def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: f
             errors.append(exc)
             warnings.append(f"{name}: {exc}")
     if not parts:
-        raise errors[0] if errors else UserError("no probe selected; pass at least one probe name")
+        if errors:
+            raise errors[0]
+        raise UserError(warnings[0] if warnings else "no probe selected; pass at least one probe name")
     return merge_reports(parts, commands, warnings)
