@@ -163,7 +163,14 @@ def _eval_spec(spec: dict, finding: dict) -> Estimate:
     base = {k: v for k, v in finding["workload"].items() if k != "global_batch"}
     plan = parse_plan(spec["plan"])
     gb = spec.get("global_batch", plan.global_batch())
-    wl = _workload(spec, dict(base, global_batch=gb))
+    if "row" in base:  # the workload of a measurement row (models the seed describes but no preset holds)
+        row = next((r for r in load_rows() if r.id == base["row"]), None)
+        if row is None:
+            raise UserError(f"finding {finding['id']}: no measurement row '{base['row']}'")
+        wl = row.workload.model_copy(update={"training": row.workload.training.model_copy(
+            update={"global_batch": gb})})
+    else:
+        wl = _workload(spec, dict(base, global_batch=gb))
     cl = load_preset(spec.get("preset", finding["preset"]))
     return estimate(plan, cl, wl)
 
@@ -203,6 +210,13 @@ def check_finding(f: dict) -> FindingResult:
             v = c["value"]
             ok = (v[0] <= eff <= v[1]) if c["op"] == "between" else _OPS[c["op"]](eff, float(v))
             det = f"efficiency {eff:.3f} {c['op']} {v}"
+        elif kind == "efficiency_gap":
+            base = _eval_spec(c["baseline"], f)
+            a, b = _eval_spec(c["a"], f), _eval_spec(c["b"], f)
+            ea = a.tokens_per_s / (a.plan.world_size * base.tokens_per_s)
+            eb = b.tokens_per_s / (b.plan.world_size * base.tokens_per_s)
+            ok = eb - ea >= float(c["min_gap"])
+            det = f"efficiency {ea:.3f} vs {eb:.3f}: drop {eb - ea:.3f} >= {c['min_gap']}"
         elif kind in ("feasible", "infeasible"):
             a = _eval_spec(c["plan"], f)
             ok = a.feasible == (kind == "feasible")

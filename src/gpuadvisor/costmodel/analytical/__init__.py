@@ -57,6 +57,7 @@ class Context:
         self.p2p_call_s = float(ov["p2p_call_us"]) * 1e-6
         self.contention, self.bwd_window = float(oh["contention"]), float(oh["backward_window"])
         self.z3_contention = float(oh["zero3_contention"])
+        self.contention_by = {k: float(v) for k, v in (oh.get("contention_by_link") or {}).items()}
         self.ddp_gbytes = 4 if fp32 else int(pr["ddp_grad_bytes_mixed"])
         self.zero_gbytes = 4 if fp32 else int(pr["zero_grad_bytes_mixed"])
         mc = cal["memory"]
@@ -218,7 +219,7 @@ def _data_parallel(p: Plan, ctx: Context, e: Eval, n_dev: float, t_mb: float) ->
             nb = max(1, math.ceil(gbytes / bucket))
             t = C.group_allreduce_s(gbytes, g, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
             last = C.group_allreduce_s(min(bucket, gbytes), g, ctx.hier_min)
-            exposed = C.overlapped_exposed_s(t, last, window, ctx.contention)
+            exposed = C.overlapped_exposed_s(t, last, window, ctx.contention_by.get(g.kind, ctx.contention))
             sent = 2.0 * (dp - 1) / dp * gbytes
             _add(e.comm, f"dp@{g.kind}", exposed)
         else:

@@ -66,6 +66,12 @@ class Group:
         return self.nodes > 1
 
 
+# PCIe paths that leave a switch (several bridges, host bridge, SMP link): concurrent transfers of a
+# group share the upstream ports. Seed 001 Appendix D blames these bridges for the 4-GPU collapse;
+# a ring's transfers in one direction split an x16 uplink (full duplex: two opposite flows fit).
+SHARED_PCIE = (LinkClass.PXB, LinkClass.PHB, LinkClass.NODE, LinkClass.SYS, LinkClass.UNKNOWN)
+
+
 class Topology:
     """Per-cluster link matrices and a cache of group placements (the hot path's lookup table)."""
 
@@ -77,14 +83,14 @@ class Topology:
             devs = [d.index for d in node.devices]
             known = [lk for lk in node.links]
             fallback = (min((lk.bandwidth_gb_per_s for lk in known), default=default_intra_gb_per_s),
-                        max((lk.latency_us for lk in known), default=default_intra_us), "pcie")
+                        max((lk.latency_us for lk in known), default=default_intra_us), "pcie", True)
             mat = []
             for a in devs:
                 row = []
                 for b in devs:
                     lk = node.link(a, b) if a != b else None
-                    row.append((lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class)) if lk
-                               else fallback)
+                    row.append((lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class),
+                                lk.link_class in SHARED_PCIE) if lk else fallback)
                 mat.append(row)
             self.mats.append(mat)
         net = cluster.network
@@ -117,6 +123,14 @@ class Topology:
         if n == 1:
             return Group(1, 1, 1, inf, 0.0, "none", inf, 0.0, "none", inf, 0)
         flows = [0] * nodes
+        shared = [0] * nodes
+        for members in groups:  # concurrent in-node transfers over shared PCIe uplinks, per node
+            for i, r in enumerate(members):
+                s = members[(i + 1) % n]
+                if r // gpn == s // gpn:
+                    mat = self.mats[min(r // gpn, len(self.mats) - 1)]
+                    if r % gpn < len(mat) and s % gpn < len(mat) and mat[r % gpn][s % gpn][3]:
+                        shared[r // gpn] += 1
         intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
         span, per_node = 1, 1
         for members in groups:
@@ -130,7 +144,9 @@ class Topology:
                     mat = self.mats[min(na, len(self.mats) - 1)]
                     la, lb = r % gpn, s % gpn
                     if la < len(mat) and lb < len(mat):
-                        bw, lat, k = mat[la][lb]
+                        bw, lat, k, sh = mat[la][lb]
+                        if sh:
+                            bw = bw / max(1.0, shared[na] / 2.0)
                         if bw < intra_bw:
                             intra_bw, intra_kind = bw, k
                         intra_lat = max(intra_lat, lat)
