@@ -1,0 +1,96 @@
+"""Pipeline parallelism with torch.distributed.pipelining.
+
+The GPT's layers are split into pp * v contiguous chunks (`split_layers`); the first chunk also
+holds the embeddings, the last the final LayerNorm and LM head (head untied, see model.py).
+Rank with pipeline coordinate r runs chunks r, r + pp, ... (the looped placement interleaved
+1F1B needs; v = plan.pp_virtual_stages). Each replica's batch (mb * m sequences) is cut into
+m = plan.num_micro_batches micro-batches by the schedule:
+- GPipe (Huang et al. 2019): all forwards, then all backwards; m micro-batches of activations live.
+- 1F1B (PipeDream-Flush, Narayanan et al. 2021): warm-up forwards then one-forward-one-backward;
+  at most pp micro-batches in flight on stage 0. Bubble (p - 1)/(m + p - 1) for both.
+- Interleaved 1F1B (Narayanan et al. 2021, §2.2): v chunks per rank shrink the bubble by v at the
+  price of v times more point-to-point messages.
+The loss function returns each micro-batch's mean cross-entropy and the schedule divides the
+gradients by m (scale_grads), so gradients are those of the replica's mean loss.
+
+PP x DP: each stage module is replicated over the "dp" mesh dimension with FSDP2's `replicate`
+(per-block gradient all-reduce; `ddp_bucket_mb` does not apply), which PipelineStage drives so
+gradients are all-reduced once per step, after the last micro-batch. Not DDP: wrapped in DDP,
+the first stage crashes in DDP's bucket rebuild, and with static_graph=True it trains but its
+losses drift from the single-device run (torch 2.13, gloo; reproduced), while `replicate` matches.
+Token accounting (Appendix F): only the last stage counts tokens; the others report 0.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+from ..model import GPTStage, split_layers
+from ..parallel import Context
+from .base import Strategy, loss_fn, make_optimizer
+
+
+def replicate_stage(mod, dp_mesh):
+    """Data-parallel replication of one stage with PyTorch's FSDP2-based `replicate`: one gradient
+    all-reduce per transformer block (overlapped with backward) plus one for the rest."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    for block in mod.blocks:
+        replicate(block, mesh=dp_mesh)
+    return replicate(mod, mesh=dp_mesh)
+
+
+class Pipeline(Strategy):
+    """PP over the "pp" mesh dimension, optionally replicated with DDP over "dp" (2D PP x DP)."""
+
+    name = "pp"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        plan = ctx.plan
+        v, pp, m = plan.pp_virtual_stages, plan.pp, plan.num_micro_batches
+        if v > 1 and plan.pp_schedule != "interleaved":
+            raise ValueError("pp_virtual_stages > 1 needs pp_schedule 'interleaved'")
+        if self.scaler is not None:
+            raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
+        n_chunks = pp * v
+        ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
+        gpt = self.build_model(tie=False)
+        r = ctx.coords["pp"]
+        self.stage_ids = [r + i * pp for i in range(v)]
+        self.is_first, self.is_last = 0 in self.stage_ids, n_chunks - 1 in self.stage_ids
+        pp_group = ctx.group("pp")
+        self.modules, stages = [], []
+        for s in self.stage_ids:
+            mod = GPTStage(gpt, *ranges[s], is_first=s == 0, is_last=s == n_chunks - 1).to(ctx.device)
+            self.modules.append(mod)
+            if plan.dp > 1:
+                mod = replicate_stage(mod, ctx.mesh["dp"])
+            stages.append(PipelineStage(mod, s, n_chunks, ctx.device, group=pp_group))
+        del gpt
+        if plan.pp_schedule == "gpipe":
+            self.schedule = ScheduleGPipe(stages[0], m, loss_fn=loss_fn)
+        elif plan.pp_schedule == "1f1b":
+            self.schedule = Schedule1F1B(stages[0], m, loss_fn=loss_fn)
+        else:
+            self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
+        self.optimizer = make_optimizer([p for mod in self.modules for p in mod.parameters()], ctx)
+        self.owns_loss = self.is_last
+
+    def tokens_counted_per_step(self) -> int:
+        """Appendix F: the last stage counts the replica's tokens, the other stages 0."""
+        return self.tokens_seen_per_step() if self.is_last else 0
+
+    def step(self, step: int) -> Optional[float]:
+        x, y = self.replica_batch(step)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses: list = []
+        args = (x,) if self.is_first else ()
+        kwargs = {"target": y, "losses": losses} if self.is_last else {}
+        with self.autocast():
+            self.schedule.step(*args, **kwargs)
+        self.optimizer.step()
+        if not self.is_last:
+            return None
+        return float(sum(l.detach().float() for l in losses)) / len(losses)
