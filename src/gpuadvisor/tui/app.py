@@ -65,6 +65,7 @@ class GpuAdvisorApp(App[None]):
         self.what_if: list[str] = []
         self.confirmed: Any = None  # result of the trials study (its winner wins the export)
         self.steps = 20  # timed steps per trial; also written into job.json, as `suggest --steps`
+        self.confirm_options: dict[str, Any] = {}  # extra keywords for api.confirm (storage, work_dir...)
 
     def on_mount(self) -> None:
         """Resolve the pre-filled model so later steps can be opened straight away."""
@@ -113,6 +114,16 @@ class GpuAdvisorApp(App[None]):
         if need >= 4 and (self.suggestion is None or not self.suggestion.ranking.top):
             return "No ranked plan yet: open Results and wait for the ranking (nothing may fit)."
         return None
+
+    async def action_quit(self) -> None:
+        """Quit; a running trials study is cancelled first so no trial process outlives the TUI."""
+        from .screens.confirm import ConfirmScreen
+
+        stack = self._screen_stacks.get("confirm") or []
+        confirm = next((s for s in stack if isinstance(s, ConfirmScreen)), None)
+        if confirm is not None and confirm.cancel_trials():
+            self.notify("Stopping the running trial…")
+        self.exit()
 
     # ---- errors -------------------------------------------------------------------------------------
     def show_error(self, exc: BaseException, what: str) -> None:

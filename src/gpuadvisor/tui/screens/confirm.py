@@ -1,7 +1,6 @@
 """Step 5, Confirm: run short real trials of the top K plans, live progress, predicted vs measured."""
 from __future__ import annotations
 
-import threading
 from typing import Any, Iterable, Optional
 
 from rich.text import Text
@@ -11,6 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from ...cli.render import human_rate
+from ..cancel import StudyCanceller, accepts_cancel_event
 from .base import StepScreen
 
 
@@ -31,8 +31,9 @@ class ConfirmScreen(StepScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cancel: Optional[threading.Event] = None
+        self._cancel: Optional[StudyCanceller] = None
         self._rows: dict[str, Any] = {}
+        self.running = False
 
     def body(self) -> Iterable[Widget]:
         with Horizontal(classes="row top"):
@@ -77,29 +78,36 @@ class ConfirmScreen(StepScreen):
         self._rows.clear()
         self.query_one("#trials", DataTable).clear()
         self.query_one("#progress", ProgressBar).update(total=budget_s, progress=0)
-        self._cancel = threading.Event()
-        self._running(True)
+        self._cancel = StudyCanceller()
+        self._set_running(True)
         self.query_one("#trial-status", Static).update(f"Running up to {top_k} trials, budget {budget_s:.0f} s…")
         self.run_trials(top_k, budget_s, steps, self._cancel)
 
     @on(Button.Pressed, "#cancel")
     def _cancel_pressed(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()  # the study stops its running trial (SIGTERM, then SIGKILL to its session)
+        if self.cancel_trials():
             self.query_one("#trial-status", Static).update("Cancelling: stopping the running trial…")
             self.query_one("#cancel", Button).disabled = True
 
-    def _running(self, running: bool) -> None:
+    def cancel_trials(self) -> bool:
+        """Stop a running study (its trial gets SIGTERM, then SIGKILL to its session); True if one ran."""
+        c = self._cancel
+        if c is None or c.cancelled or not self.running:
+            return False
+        c.cancel(use_event=accepts_cancel_event())
+        return True
+
+    def _set_running(self, running: bool) -> None:
+        self.running = running
         self.query_one("#start", Button).disabled = running
         self.query_one("#cancel", Button).disabled = not running
 
     def on_unmount(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
+        self.cancel_trials()
 
     # ---- the study, off the UI thread ---------------------------------------------------------------
     @work(thread=True, exclusive=True, group="trials", exit_on_error=False)
-    def run_trials(self, top_k: int, budget_s: float, steps: int, cancel: threading.Event) -> None:
+    def run_trials(self, top_k: int, budget_s: float, steps: int, cancel: StudyCanceller) -> None:
         from ... import api
 
         w = self.wizard
@@ -108,13 +116,22 @@ class ConfirmScreen(StepScreen):
         def progress(ev: dict[str, Any]) -> None:
             self.app.call_from_thread(self._event, dict(ev))
 
+        extra = dict(w.confirm_options)
+        if accepts_cancel_event():
+            extra["cancel"] = cancel.event
+        result, error = None, None
         try:
-            result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
-                                 progress=progress, cancel=cancel)
+            try:
+                cancel.enter()
+                result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
+                                     progress=progress, **extra)
+            finally:
+                cancel.leave()
+        except KeyboardInterrupt:  # our cancel: the study has stopped its trial's processes
+            pass
         except Exception as exc:
-            self.app.call_from_thread(self._finished, None, exc)
-            return
-        self.app.call_from_thread(self._finished, result, None)
+            error = exc
+        self.app.call_from_thread(self._finished, result, error)
 
     def _event(self, ev: dict[str, Any]) -> None:
         """One progress event of the study: start / trial (began) / result / note / done."""
@@ -141,9 +158,12 @@ class ConfirmScreen(StepScreen):
             self.query_one("#trial-status", Static).update(Text(str(ev["message"])))
 
     def _finished(self, result: Any, exc: Optional[BaseException]) -> None:
-        self._running(False)
-        cancelled = self._cancel is not None and self._cancel.is_set()
+        self._set_running(False)
+        cancelled = self._cancel is not None and self._cancel.cancelled
         status = self.query_one("#trial-status", Static)
+        if cancelled and result is None and exc is None:
+            status.update("Cancelled: the running trial was stopped; Export writes the cost model's pick.")
+            return
         if exc is not None:
             self.wizard.show_error(exc, "Trials")
             status.update(Text(f"✗ trials stopped: {' '.join(str(exc).split())}", style="red"))
