@@ -1,0 +1,98 @@
+"""`gpuadvisor predict`: the full cost-model estimate of one plan, with its breakdowns."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `predict` subcommand."""
+    p = sub.add_parser("predict", help="estimate one plan: step time, tokens/s, memory, traffic, rules")
+    p.add_argument("--model", required=True, help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
+    p.add_argument("--plan", required=True, help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="cluster preset name (gpuadvisor presets)")
+    src.add_argument("--cluster", help="cluster file (YAML)")
+    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--global-batch", type=int, default=None, help="default: dp*mb*m of the plan")
+    p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--token-budget", type=float, default=None, help="tokens to train (time and bytes per run)")
+    p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
+    p.add_argument("--json", action="store_true", help="print the Estimate as JSON")
+    p.set_defaults(func=run)
+
+
+def _cluster(args: argparse.Namespace):
+    from ..hardware.presets import load_preset
+    if args.cluster:
+        from ..hardware.cluster_file import load_cluster
+        cl = load_cluster(args.cluster)
+    elif args.preset:
+        cl = load_preset(args.preset)
+    else:
+        raise UserError("predict needs a cluster: pass --preset NAME (see 'gpuadvisor presets') or --cluster FILE")
+    if args.what_if:
+        from ..ranking import apply_what_if
+        cl = apply_what_if(cl, args.what_if)
+    return cl
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse, estimate, print."""
+    from ..costmodel.combine import estimate
+    from ..schemas import parse_plan
+    from ..workload.specs import make_workload
+
+    cl = _cluster(args)
+    plan = parse_plan(args.plan)
+    if "nodes" not in args.plan and "gpn" not in args.plan and "devices_per_node" not in args.plan:
+        per = min(cl.devices_per_node)
+        w = plan.world_size
+        nodes = 1 if w <= per else -(-w // per)
+        if nodes > 1 and w % nodes:
+            raise UserError(f"plan world size {w} does not split over {nodes} nodes of {per}; give nodes= and gpn=")
+        plan = parse_plan(args.plan, nodes=nodes, devices_per_node=w // nodes)
+    settings = {"global_batch": args.global_batch or plan.global_batch()}
+    if args.seq_len:
+        settings["seq_len"] = args.seq_len
+    if args.precision:
+        settings["precision"] = args.precision
+    if args.token_budget:
+        settings["token_budget"] = args.token_budget
+    wl = make_workload(args.model, **settings)
+    est = estimate(plan, cl, wl)
+    if args.json:
+        print(est.model_dump_json(indent=2))
+        return 0
+    print(render_estimate(est, cl.name, wl.model.name))
+    return 0
+
+
+def render_estimate(est, cluster_name: str, model_name: str) -> str:
+    """Human-readable estimate with step, memory and traffic breakdowns."""
+    g = 2 ** 30
+    s, m = est.step, est.memory
+    lines = [f"{model_name} on {cluster_name}: {est.plan.to_string()}  [{est.plan.strategy}]",
+             f"  {'feasible' if est.feasible else 'INFEASIBLE: ' + str(est.infeasible_reason)}",
+             f"  step {est.step_time_s * 1e3:.1f} ms, {est.tokens_per_s:,.0f} tokens/s, {est.samples_per_s:,.2f} samples/s"
+             + (f", scaling efficiency {est.scaling_efficiency:.2f}" if est.scaling_efficiency else ""),
+             "  step breakdown (s):",
+             f"    compute {s.compute_s:.4f}  bubble {s.bubble_s:.4f}  offload {s.offload_s:.4f}  "
+             f"optimizer {s.optimizer_s:.4f}  overhead {s.overhead_s:.4f}"]
+    for k, v in s.comm_exposed_s.items():
+        lines.append(f"    exposed {k}: {v:.4f}")
+    lines.append(f"  peak memory {m.total / g:.2f} GiB of {est.memory_capacity_bytes / g:.1f} GiB: weights {m.weights / g:.2f}, "
+                 f"grads {m.gradients / g:.2f}, optimizer {m.optimizer / g:.2f}, activations {m.activations / g:.2f}, "
+                 f"logits {m.logits / g:.2f}, buffers {m.comm_buffers / g:.2f}, framework {m.framework / g:.2f}")
+    if est.host_memory_bytes:
+        lines.append(f"  host RAM per node for offload: {est.host_memory_bytes / g:.1f} GiB")
+    traffic = ", ".join(f"{k} {v / 1e9:.3f} GB" for k, v in est.link_bytes_per_step.items()) or "none"
+    lines.append(f"  traffic per step per rank: {traffic}; busiest NIC {est.network_bytes_per_step / 1e9:.3f} GB")
+    if est.network_bytes_per_run is not None:
+        lines.append(f"  per run: {est.network_bytes_per_run / 1e9:.1f} GB through the busiest NIC, "
+                     f"{(est.time_to_train_s or 0) / 3600:.2f} h")
+    for r in est.rules:
+        lines.append(f"  [{r.severity}] {r.message} ({r.source})")
+    return "\n".join(lines)

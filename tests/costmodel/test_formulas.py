@@ -1,0 +1,79 @@
+"""Hand-computed checks of each cost-model formula."""
+import math
+
+import pytest
+
+from gpuadvisor.costmodel.analytical import comm as C
+from gpuadvisor.costmodel.analytical import memory as M
+from gpuadvisor.costmodel.analytical.compute import flops_per_token, layer_params
+from gpuadvisor.costmodel.analytical.pipeline import bubble_fraction, pipeline_step_s
+from gpuadvisor.schemas import ModelSpec
+
+
+def test_ring_allreduce_hand_computed():
+    # S = 1 GB, n = 4, B = 10 GB/s, alpha = 10 us: 2*3/4*0.1 s + 6*10 us
+    assert C.ring_allreduce_s(1e9, 4, 10.0, 10.0) == pytest.approx(0.15 + 60e-6)
+    assert C.ring_allreduce_s(1e9, 1, 10.0, 10.0) == 0.0
+
+
+def test_reduce_scatter_and_all_gather():
+    assert C.reduce_scatter_s(1e9, 4, 10.0, 10.0) == pytest.approx(0.075 + 30e-6)
+    assert C.all_gather_s(1e9, 2, 10.0, 0.0) == pytest.approx(0.05)
+
+
+def test_p2p():
+    assert C.p2p_s(1e8, 1.0, 50.0) == pytest.approx(0.1 + 50e-6)
+
+
+def test_overlap_exposed():
+    # 1 s of comm, 0.1 s last bucket, 0.5 s window, contention 0.2: 1 - 0.5 + 0.1
+    assert C.overlapped_exposed_s(1.0, 0.1, 0.5, 0.2) == pytest.approx(0.6)
+    assert C.overlapped_exposed_s(0.3, 0.1, 0.5, 0.0) == pytest.approx(0.1)
+
+
+def test_adam_bytes():
+    assert M.state_bytes_per_param("bf16", "adamw") == (2, 2, 12)
+    assert M.state_bytes_per_param("fp32", "adam") == (4, 4, 8)
+
+
+def test_zero_sharding():
+    w, g, o, host = M.model_state_bytes(1e9, 4, 3, False, "bf16", "adamw")
+    assert (w, g, o, host) == pytest.approx((0.5e9, 0.5e9, 3e9, 0.0))
+    w, g, o, host = M.model_state_bytes(1e9, 4, 1, False, "bf16", "adamw")
+    assert (w, g, o) == pytest.approx((2e9, 2e9, 3e9))
+    _, _, o, host = M.model_state_bytes(1e9, 2, 2, True, "bf16", "adamw")
+    assert o == 0 and host == pytest.approx(6e9 + 2e9)
+
+
+def test_bubble_fraction():
+    assert bubble_fraction(4, 4) == pytest.approx(3 / 7)
+    assert bubble_fraction(4, 16) == pytest.approx(3 / 19)
+    assert bubble_fraction(4, 4, virtual=2) == pytest.approx(1.5 / 5.5)
+    assert bubble_fraction(1, 8) == 0.0
+    step, bubble = pipeline_step_s(1.0, 4, 4)
+    assert step == pytest.approx(7.0) and bubble == pytest.approx(3.0)
+
+
+def test_korthikanti_activations():
+    s, b, h, a = 1024, 4, 1024, 16
+    sbh = s * b * h
+    assert M.activation_bytes_per_layer(s, b, h, a, fused_attention=False) == pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert M.activation_bytes_per_layer(s, b, h, a) == pytest.approx(34 * sbh)
+    assert M.activation_bytes_per_layer(s, b, h, a, tp=4, sp=True) == pytest.approx(34 * sbh / 4)
+    assert M.activation_bytes_per_layer(s, b, h, a, tp=4) == pytest.approx(sbh * (10 + 24 / 4))
+    assert M.activation_bytes_per_layer(s, b, h, a, recompute=True) == pytest.approx(2 * sbh)
+    assert M.inflight_microbatches(4, 16, "1f1b") == 4
+    assert M.inflight_microbatches(4, 16, "gpipe") == 16
+
+
+def test_flops_per_token_palm():
+    m = ModelSpec(name="t", n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50257, max_seq_len=1024)
+    f = flops_per_token(m, 1024)
+    assert f == pytest.approx(12 * (6 * layer_params(m) + 12 * 768 * 1024) + 6 * 50257 * 768)
+    # ~ 6N + 12·L·h·s
+    assert f == pytest.approx(6 * m.params + 12 * 12 * 768 * 1024, rel=0.02)
+    assert flops_per_token(m, 1024, recompute=True) > f
+
+
+def test_powersgd_ratio():
+    assert C.powersgd_ratio(4, 1024) == pytest.approx(8 / 1024)

@@ -1,0 +1,55 @@
+"""Ranking order, explanations, infeasibility and what-if."""
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.ranking import apply_what_if, rank
+from gpuadvisor.workload.specs import make_workload
+
+
+def test_dp_first_on_a6000_two_gpus_300m():
+    cl = apply_what_if(load_preset("a6000-4x-pcie"), "gpus=1x2")
+    r = rank(cl, make_workload("gpt-300m"), top=5)
+    best = r.top[0].plan
+    assert (best.dp, best.tp, best.pp) == (2, 1, 1)
+    assert r.top[0].reasons and "beats" in r.top[0].reasons[0]
+    assert r.n_feasible <= r.n_candidates
+
+
+def test_tp_across_nodes_last_on_nano():
+    cl = load_preset("nano-cluster-2x2-a40-1gbe")
+    r = rank(cl, make_workload("gpt2", seq_len=1024, global_batch=16), top=1000, allow_tp_across_nodes=True)
+    last = r.top[-1].plan
+    assert last.tp > 1 and last.nodes > 1 and last.tp > last.devices_per_node
+    assert r.top[0].plan.nodes == 1  # crossing 1 GbE never pays for GPT-2 small
+
+
+def test_fits_nowhere_says_what_to_change():
+    cl = load_preset("workstation-2x4090")
+    r = rank(cl, make_workload("70B", seq_len=4096, global_batch=8), top=3)
+    assert r.n_feasible == 0 and r.fits_nowhere and "GiB" in r.fits_nowhere
+    assert sum(r.infeasible_reasons.values()) == r.n_candidates
+
+
+def test_memory_and_cost_objectives():
+    cl = load_preset("a6000-4x-pcie")
+    wl = make_workload("gpt-300m")
+    mem = rank(cl, wl, objective="memory", top=3)
+    assert mem.top[0].memory.total <= mem.top[-1].memory.total
+    cost = rank(cl, wl, objective="cost", top=3, price_per_gpu_hour=1.0)
+    assert cost.top[0].plan.world_size <= 4
+    with pytest.raises(UserError):
+        rank(cl, wl, objective="speed")
+
+
+def test_what_if():
+    cl = load_preset("nano-cluster-2x2-a40-1gbe")
+    ten = apply_what_if(cl, "nic=10gbe")
+    assert ten.network.bandwidth_gb_per_s > cl.network.bandwidth_gb_per_s
+    big = apply_what_if(cl, "gpus=2x4")
+    assert big.num_devices == 8 and len(big.nodes) == 2
+    nv = apply_what_if(cl, "link=nvlink")
+    assert nv.nodes[0].links[0].bandwidth_gb_per_s > cl.nodes[0].links[0].bandwidth_gb_per_s
+    for bad in ("nic=warp", "gpus=two", "color=red", "nvlink"):
+        with pytest.raises(UserError):
+            apply_what_if(cl, bad)
