@@ -33,10 +33,10 @@ def predicted(plan: Plan) -> float:
 class FakePlanner:
     """Planner over dp in {1,2}, mb in {1,2,4,8}, zero in {0,1,2}, bucket in {25,50}; one infeasible plan."""
 
-    def __init__(self, workload: Workload):
+    def __init__(self, workload: Workload, dps: tuple[int, ...] = (1, 2)):
         self.workload = workload
         self.plans = []
-        for dp in (1, 2):
+        for dp in dps:
             for mb in (1, 2, 4, 8):
                 if 8 % (dp * mb):
                     continue

@@ -44,6 +44,13 @@ def scrub(text: str, url: str) -> str:
     return text.replace(pw, "***") if pw else text
 
 
+def _pg_driver() -> str:
+    """psycopg (3) if installed, else psycopg2 (SQLAlchemy 2.1 defaults to psycopg)."""
+    import importlib.util
+
+    return "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+
+
 def storage_url(storage: Optional[str]) -> str:
     """The SQLAlchemy URL for `storage` (None: the default SQLite file; a path: SQLite at that path)."""
     if storage is None:
@@ -52,8 +59,11 @@ def storage_url(storage: Optional[str]) -> str:
         return f"sqlite:///{path}"
     if "://" not in storage:
         return f"sqlite:///{Path(storage).expanduser().resolve()}"
-    if storage.startswith(("postgres://", "postgresql://", "postgresql+psycopg2://", "sqlite:///")):
-        return "postgresql://" + storage.split("://", 1)[1] if storage.startswith("postgres://") else storage
+    scheme, rest = storage.split("://", 1)
+    if scheme in ("postgres", "postgresql"):
+        return f"postgresql+{_pg_driver()}://{rest}"
+    if scheme.startswith("postgresql+") or scheme == "sqlite":
+        return storage
     raise UserError(f"unsupported study storage '{mask_url(storage)}'; use a SQLite path or postgresql://user:pass@host/db")
 
 

@@ -77,10 +77,10 @@ def _recover_stale(study: Any, storage: Any) -> list[int]:
         if t.user_attrs.get("out_dir"):
             reap_stale(t.user_attrs["out_dir"])
         try:
+            storage.set_trial_user_attr(t._trial_id, "status_note", "stale: gpuadvisor stopped during the trial")
             storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
             continue
-        storage.set_trial_user_attr(t._trial_id, "status_note", "stale: gpuadvisor stopped during the trial")
         failed.append(t.number)
         cb = storage.get_heartbeat_stale_trial_callback()
         if cb is not None:
@@ -176,7 +176,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
             trainer_module: str = "gpuadvisor.trainers", progress: ProgressArg = None,
             planner: Optional[Planner] = None, correction: Any = None, trial_timeout_s: Optional[float] = None,
             trial_env: Optional[Mapping[str, str]] = None, launcher: Launcher = "torchrun", grace_s: float = 5.0,
-            store_path: Optional[str] = None, work_dir: Optional[str] = None, seed: int = 0) -> ConfirmResult:
+            store_path: Optional[str] = None, work_dir: Optional[str] = None, seed: int = 0,
+            max_trials: Optional[int] = None) -> ConfirmResult:
     """Confirm the cost model's top plans with short real runs; return predicted vs measured and the winner.
 
     The study is seeded with the cost model's `top_k` plans (enqueued), then explores plans near the best
@@ -186,7 +187,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     workers. The study name defaults to one derived from the fingerprint of cluster, workload, search space
     and gpuadvisor version, so rerunning the same command resumes it; resuming a named study with a
     different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
-    once. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
+    once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
     """
     import optuna
 
@@ -217,7 +218,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     show({"event": "start", "message": f"study '{name}' ({len(space.estimates)} feasible plans, top {top_k} first, "
                                        f"budget {budget_s:.0f}s, storage {masked})"})
     exhausted = False
-    while True:
+    ran = 0
+    while max_trials is None or ran < max_trials:
         elapsed = float(study.user_attrs.get("elapsed_s", 0.0))
         remaining = budget_s - elapsed
         trials = study.get_trials(deepcopy=False)
@@ -240,6 +242,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             continue
         est = space.estimates[key]
+        ran += 1
         trial_id = f"{name}-t{trial.number:04d}"
         out_dir = base / f"t{trial.number:04d}"
         for k, v in {"plan": key, "trial_id": trial_id, "worker": me, "out_dir": str(out_dir),
