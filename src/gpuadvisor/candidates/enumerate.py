@@ -45,6 +45,9 @@ class SearchSpace:
     max_micro_batch: int = 64
     max_tp: int = 8
     batch_choices: Sequence[int] = field(default_factory=tuple)
+    # ranking sets this: skip (and count in `pruned`) plans whose model states alone exceed it
+    memory_limit_bytes: float = 0.0
+    pruned: dict = field(default_factory=dict)
 
 
 def _micro_batches(per_replica: int, max_mb: int) -> list[int]:
@@ -116,6 +119,9 @@ def _for_degrees(wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, t
         for zero, off in zeros:
             if zero and dp == 1 and not off:
                 continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU)
+            if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off):
+                sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + 1
+                continue
             for sched, v in _schedules(pp, m, wl.model.n_layers, sp):
                 for rc in recomputes:
                     for seqp in sps:
@@ -132,6 +138,14 @@ def _for_degrees(wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, t
                                 except ValueError:
                                     continue
                                 yield plan
+
+
+def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool) -> bool:
+    """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1)."""
+    from ..costmodel.analytical.memory import model_state_bytes
+    per = wl.model.params / (tp * pp)
+    w, g, o, _ = model_state_bytes(per, dp, zero, off, wl.training.precision, wl.training.optimizer)
+    return w + g + o > sp.memory_limit_bytes
 
 
 def _schedules(pp: int, m: int, layers: int, sp: SearchSpace) -> Iterator[tuple[str, int]]:

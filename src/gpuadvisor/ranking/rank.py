@@ -44,6 +44,8 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
         raise UserError(f"top must be at least 1, got {top}")
     ctx = make_context(cluster, workload)
     rules = load_rules()
+    space = space or SearchSpace()
+    space.memory_limit_bytes = float(ctx.mem_cap)
     reasons: dict[str, int] = {}
     best: dict[tuple, object] = {}
     n = n_ok = 0
@@ -63,6 +65,9 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
         cur = best.get(k)
         if cur is None or _key(objective, e, price_per_gpu_hour) < _key(objective, cur, price_per_gpu_hour):
             best[k] = e
+    for k, v in space.pruned.items():  # plans cut by the enumerator's model-state bound
+        reasons[k] = reasons.get(k, 0) + v
+        n += v
     ordered = sorted(best.values(), key=lambda e: _key(objective, e, price_per_gpu_hour))
     corr = correction or NoCorrection()
     pool = ordered[: top * 3 if not isinstance(corr, NoCorrection) else top]

@@ -155,9 +155,15 @@ def evaluate(p: Plan, ctx: Context) -> Eval:
     e = Eval(p)
     dp, tp, pp, m, mb, v = p.dp, p.tp, p.pp, p.num_micro_batches, p.micro_batch_size, p.pp_virtual_stages
     topo, nodes, gpn, order = ctx.topo, p.nodes, p.devices_per_node, p.mesh_order
+    layers = math.ceil(ctx.L / pp) if ctx.transformer else 1
+    first, last = ctx.stage_params(pp)
+    _memory(p, ctx, e, first / tp, last / tp, layers)
+    if not e.feasible:  # peak memory decides; skip the timing (most large-model candidates end here)
+        e.step_s, e.tps = float("inf"), 0.0
+        e.analytical_tps, e.compute_s = 0.0, 0.0
+        return e
     tokens = mb * ctx.s
     t_mb = _microbatch_compute(p, ctx, tokens, tp)
-    layers = math.ceil(ctx.L / pp) if ctx.transformer else 1
     # tensor parallel: 2 all-reduces fwd + 2 bwd per layer per micro-batch (Shoeybi et al. 2019 §3,
     # Fig. 4), +2 with recompute (forward replayed); SP turns them into RS+AG of equal volume
     # (Korthikanti et al. 2022 §4.2.2). On the critical path.
@@ -188,14 +194,12 @@ def evaluate(p: Plan, ctx: Context) -> Eval:
     else:
         step = m * (t_mb + t_tp)
     e.compute_s = m * t_mb
-    first, last = ctx.stage_params(pp)
     n_dev = max(first, last) / tp
     dp_exposed, offload, opt = _data_parallel(p, ctx, e, n_dev, t_mb)
     e.offload_s, e.optimizer_s, e.overhead_s = offload, opt, ctx.step_overhead
     e.step_s = step + dp_exposed + offload + opt + ctx.step_overhead
     e.tps = ctx.gb * ctx.s / e.step_s
     e.analytical_tps = e.tps
-    _memory(p, ctx, e, first / tp, last / tp, layers)
     return e
 
 
