@@ -1,0 +1,140 @@
+"""What a study asks for: models, strategies, GPU counts, run length; parsing of the CLI lists.
+
+The design is the A6000 paper's (seed 001, sec. II-III): per model a fixed global batch and a fixed
+number of steps, so every strategy and world size sees the same total tokens; a 1-GPU baseline per
+model; DP/ZeRO split the batch across ranks, TP sees the whole batch, PP cuts it into m micro-batches.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from ..errors import UserError
+from ..schemas import ModelSpec, Workload
+from ..schemas._base import Frozen
+
+STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
+PP_FACTORS = {"p": 1, "4p": 4}
+#: Vocabulary of the shape-spec models: the paper's synthetic data set has 8000 token ids (seed 001, sec. II-A).
+SHAPE_VOCAB = 8000
+_SHAPE_RE = re.compile(r"^L(\d+)-?H(\d+)-?A(\d+)(?:-?F(\d+))?(?:-?V(\d+))?(?:-?S(\d+))?$", re.IGNORECASE)
+
+
+class GpuCount(Frozen):
+    """One world size of the grid: `gpus` devices, optionally pinned to `nodes` nodes (from 'NxM')."""
+
+    gpus: int = Field(ge=1, description="Devices in the run")
+    nodes: Optional[int] = Field(None, ge=1, description="Nodes, when given as NODESxGPUS; None = fewest nodes")
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}x{self.gpus // self.nodes}" if self.nodes else str(self.gpus)
+
+
+class StudySpec(Frozen):
+    """The study grid's axes and run length (what `gpuadvisor study` was asked)."""
+
+    models: list[str] = Field(description="Model descriptions as typed: sizes, presets, config paths, L2-H32-A4 shapes")
+    strategies: list[str] = Field(description="Strategies among dp, tp, pp, zero1, zero2, zero3, zero3-offload")
+    gpus: list[GpuCount]
+    steps: int = Field(200, ge=1, description="Timed steps per cell (the paper: 200)")
+    warmup: int = Field(10, ge=0, description="Untimed warm-up steps per cell")
+    pp_microbatches: list[Literal["p", "4p"]] = Field(default_factory=lambda: ["p"],
+                                                        description="PP micro-batch counts: m=p and/or m=4p")
+    seq_len: Optional[int] = Field(None, description="Override of every model's sequence length")
+    global_batch: Optional[int] = Field(None, description="Override of every model's global batch")
+    precision: Optional[str] = Field(None, description="Override of the models' precision")
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [s.strip() for s in (text or "").split(",") if s.strip()]
+    if not items:
+        raise UserError(f"--{what} is empty; give a comma-separated list")
+    return items
+
+
+def parse_strategies(text: str) -> list[str]:
+    """'dp,tp,zero3-offload' (or 'all') -> validated list in the canonical order."""
+    items = [s.lower() for s in _items(text, "strategies")]
+    if items == ["all"]:
+        return list(STRATEGIES)
+    bad = [s for s in items if s not in STRATEGIES]
+    if bad:
+        raise UserError(f"unknown strategy '{bad[0]}'; use any of {','.join(STRATEGIES)} (or 'all')")
+    return [s for s in STRATEGIES if s in items]
+
+
+def parse_gpus(text: str) -> list[GpuCount]:
+    """'1,2,4' or '1,2,2x1,2x2' (NODESxGPUS per node) -> sorted unique GpuCounts."""
+    out: list[GpuCount] = []
+    for item in _items(text, "gpus"):
+        m = re.fullmatch(r"(\d+)(?:x(\d+))?", item.lower())
+        if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(2)) < 1):
+            raise UserError(f"cannot read GPU count '{item}'; write e.g. --gpus 1,2,4 or 2x2 (nodes x GPUs per node)")
+        if m.group(2):
+            n, per = int(m.group(1)), int(m.group(2))
+            out.append(GpuCount(gpus=n * per, nodes=n))
+        else:
+            out.append(GpuCount(gpus=int(m.group(1))))
+    uniq = {(g.gpus, g.nodes or 0): g for g in out}
+    return [uniq[k] for k in sorted(uniq)]
+
+
+def parse_pp_microbatches(text: str) -> list[str]:
+    """'p,4p' -> ['p', '4p']."""
+    items = [s.lower() for s in _items(text, "pp-microbatches")]
+    bad = [s for s in items if s not in PP_FACTORS]
+    if bad:
+        raise UserError(f"unknown micro-batch count '{bad[0]}'; use p, 4p or p,4p (m = stages, or 4 x stages)")
+    return [s for s in PP_FACTORS if s in items]
+
+
+def parse_models(text: str) -> list[str]:
+    """'100M,300M,L2-H32-A4-S16' -> list (duplicates removed, order kept)."""
+    seen: dict[str, None] = {}
+    for m in _items(text, "models"):
+        seen.setdefault(m, None)
+    return list(seen)
+
+
+def shape_model(text: str) -> Optional[ModelSpec]:
+    """A model from a shape spec 'L<layers>-H<hidden>-A<heads>[-F<ffn>][-V<vocab>][-S<positions>]', else None.
+
+    For tiny CPU studies, e.g. L2-H32-A4-V256-S16. Vocabulary defaults to 8000 (the paper's data set).
+    """
+    m = _SHAPE_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    from ..workload.specs import model_from_args
+
+    layers, hidden, heads = (int(m.group(i)) for i in (1, 2, 3))
+    ffn = int(m.group(4)) if m.group(4) else None
+    vocab = int(m.group(5)) if m.group(5) else SHAPE_VOCAB
+    seq = int(m.group(6)) if m.group(6) else 1024
+    return model_from_args(layers, hidden, heads, ffn, vocab=vocab, seq=seq, name=text.strip())
+
+
+def model_slug(text: str) -> str:
+    """A file-name-safe label of a model description."""
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", text.strip()).strip("-")
+    return slug or "model"
+
+
+def resolve_workload(text: str, spec: StudySpec) -> Workload:
+    """The Workload of one model of the study (presets bring the paper's Table I seq len and batch)."""
+    from ..workload.specs import make_workload
+
+    settings: dict = {}
+    if spec.seq_len is not None:
+        settings["seq_len"] = spec.seq_len
+    if spec.global_batch is not None:
+        settings["global_batch"] = spec.global_batch
+    if spec.precision is not None:
+        settings["precision"] = spec.precision
+    shaped = shape_model(text)
+    if shaped is not None:
+        settings.setdefault("seq_len", min(shaped.max_seq_len or 128, 128))
+        return make_workload(shaped, **settings)
+    return make_workload(text, **settings)

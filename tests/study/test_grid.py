@@ -1,0 +1,103 @@
+"""The study grid: plans built the papers' way, skips with reasons, parsing, --dry-run (nothing runs)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.study.execute import resolve_workloads
+from gpuadvisor.study.grid import LAUNCH_OVERHEAD_S, build_grid, study_wall_s
+from gpuadvisor.study.spec import (StudySpec, parse_gpus, parse_models, parse_pp_microbatches, parse_strategies,
+                                   shape_model)
+
+TINY = "L2-H32-A4-V256-S16"
+
+
+def _grid(models, strategies="all", gpus="1,2", preset="cpu-2ranks", pp="p,4p", batch=8, steps=5):
+    spec = StudySpec(models=parse_models(models), strategies=parse_strategies(strategies), gpus=parse_gpus(gpus),
+                     steps=steps, warmup=2, pp_microbatches=parse_pp_microbatches(pp), global_batch=batch)
+    cluster = load_preset(preset)
+    return spec, cluster, build_grid(spec, cluster, resolve_workloads(spec))
+
+
+def test_plans_follow_the_paper_batch_rules():
+    """DP/ZeRO split the fixed global batch, TP sees all of it, PP uses m=p and m=4p; a 1-GPU baseline first."""
+    _, _, cells = _grid(TINY)
+    by = {c.strategy: c for c in cells}
+    assert [c.strategy for c in cells] == ["single", "dp", "tp", "pp", "pp-4p", "zero1", "zero2", "zero3",
+                                           "zero3-offload"]
+    assert all(c.runnable for c in cells), [c.skip_reason for c in cells]
+    assert by["single"].plan.world_size == 1 and by["single"].plan.micro_batch_size == 8
+    assert (by["dp"].plan.dp, by["dp"].plan.micro_batch_size, by["dp"].plan.num_micro_batches) == (2, 4, 1)
+    assert (by["tp"].plan.tp, by["tp"].plan.micro_batch_size) == (2, 8)
+    assert (by["pp"].plan.pp, by["pp"].plan.num_micro_batches, by["pp"].plan.micro_batch_size) == (2, 2, 4)
+    assert (by["pp-4p"].plan.num_micro_batches, by["pp-4p"].plan.micro_batch_size) == (8, 1)
+    for k in (1, 2, 3):
+        z = by[f"zero{k}"].plan
+        assert (z.dp, z.zero_stage, z.zero_offload, z.micro_batch_size) == (2, k, False, 4)
+    assert by["zero3-offload"].plan.zero_offload
+    # fixed total tokens per model: every plan has the same global batch
+    assert {c.plan.global_batch() if c.plan.pp == 1 else c.plan.micro_batch_size * c.plan.num_micro_batches
+            for c in cells} == {8}
+    assert all(c.predicted is not None and c.predicted.tokens_per_s > 0 for c in cells)
+    assert len({c.key for c in cells}) == len(cells) and len({c.id for c in cells}) == len(cells)
+
+
+def test_skips_say_why():
+    """More GPUs than the cluster, heads not divisible by tp, indivisible batch, predicted out of memory."""
+    _, _, cells = _grid(f"{TINY},L2-H30-A3-V256-S16", gpus="1,2,4", batch=6)
+    reasons = {(c.model, c.strategy, c.gpus): c.skip_reason for c in cells}
+    assert "needs 4 devices" in reasons[(TINY, "dp", 4)]
+    assert "does not divide the 3 attention heads" in reasons[("L2-H30-A3-V256-S16", "tp", 2)]
+    assert "m=8" in reasons[(TINY, "pp-4p", 2)] and "--global-batch" in reasons[(TINY, "pp-4p", 2)]
+    _, _, big = _grid("70B", strategies="dp", gpus="1,2", batch=8)
+    assert all(c.skip_reason and "predicted not to fit" in c.skip_reason for c in big)
+    # a multi-node cell is planned and predicted but not run on this host
+    _, _, multi = _grid(TINY, strategies="dp", gpus="1,2x1", preset="nano-cluster-2x2-a40-1gbe")
+    m = next(c for c in multi if c.nodes == 2)
+    assert m.plan.nodes == 2 and m.predicted is not None and "multi-node" in m.skip_reason
+
+
+def test_wall_time_estimate():
+    spec, _, cells = _grid(TINY, strategies="dp", pp="p")
+    total = study_wall_s(cells, spec.steps, spec.warmup)
+    expect = sum(LAUNCH_OVERHEAD_S + c.predicted.step_time_s * 7 for c in cells)
+    assert total == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("fn,text,needle", [
+    (parse_strategies, "dp,fsdp", "unknown strategy 'fsdp'"),
+    (parse_gpus, "1,two", "cannot read GPU count 'two'"),
+    (parse_pp_microbatches, "8p", "unknown micro-batch count '8p'"),
+    (parse_models, " , ", "--models is empty"),
+])
+def test_bad_input_is_one_line(fn, text, needle):
+    with pytest.raises(UserError) as e:
+        fn(text)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_parsing():
+    assert parse_strategies("zero3,dp") == ["dp", "zero3"]
+    assert [g.label for g in parse_gpus("4,1,2x2,2")] == ["1", "2", "4", "2x2"]
+    spec = shape_model("L3-H64-A8-F128-V100-S32")
+    assert (spec.n_layers, spec.d_model, spec.n_heads, spec.d_ff, spec.vocab_size, spec.max_seq_len) == \
+           (3, 64, 8, 128, 100, 32)
+    assert shape_model("100M") is None
+
+
+def test_dry_run_cli_writes_nothing(tmp_path):
+    out = tmp_path / "s"
+    r = subprocess.run([sys.executable, "-m", "gpuadvisor", "study", "--models", f"{TINY},100M", "--gpus", "1,2,4",
+                        "--preset", "cpu-2ranks", "--steps", "5", "--warmup", "1", "--pp-microbatches", "p,4p",
+                        "--out", str(out), "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "estimated wall time" in r.stdout and "pred tok/s" in r.stdout
+    assert "needs 4 devices, cluster 'cpu-2ranks' has 2" in r.stdout
+    assert not out.exists()
+    bad = subprocess.run([sys.executable, "-m", "gpuadvisor", "study", "--models", TINY, "--strategies", "fsdp",
+                          "--preset", "cpu-2ranks", "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown strategy" in bad.stderr
