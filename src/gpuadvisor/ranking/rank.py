@@ -125,6 +125,12 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
 
 def _fits_nowhere(e, ctx, n: int) -> str:
     """The smallest change that would make some plan fit."""
+    if e is None and n:
+        world = ctx.cluster.num_devices
+        need = ctx.params * 16.0 / world  # mixed-precision Adam, fully sharded (ZeRO §3.1: 2+2+12 bytes)
+        return (f"nothing fits: even sharded over all {world} devices the model states need {need / 2**30:.1f} GiB "
+                f"per device of {ctx.mem_cap / 2**30:.1f} GiB; use about {math.ceil(ctx.params * 16.0 / ctx.mem_cap * 1.3)}"
+                " such GPUs, or ZeRO-3 with CPU offload if host RAM allows")
     if e is None:
         return (f"no valid plan for {ctx.workload.model.name} on {ctx.cluster.name} ({n} candidates): "
                 "check that the global batch is divisible by the data-parallel degree")
