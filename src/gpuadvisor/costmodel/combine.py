@@ -92,7 +92,8 @@ def to_estimate(e: Eval, ctx: Context, price_per_gpu_hour: Optional[float] = Non
         learned_factor=e.learned, learned_uncertainty=e.uncertainty)
 
 
-def apply_correction(est: Estimate, e: Eval, ctx: Context, correction: Correction) -> Estimate:
+def apply_correction(est: Estimate, e: Eval, ctx: Context, correction: Correction,
+                     price_per_gpu_hour: Optional[float] = None) -> Estimate:
     """Multiply throughput by the learned factor (measured/analytical) and refresh derived fields."""
     if isinstance(correction, NoCorrection):
         return est
@@ -101,7 +102,7 @@ def apply_correction(est: Estimate, e: Eval, ctx: Context, correction: Correctio
     e.learned, e.uncertainty = f, unc
     e.tps *= f
     e.step_s /= f
-    return to_estimate(e, ctx)
+    return to_estimate(e, ctx, price_per_gpu_hour)
 
 
 def estimate(plan: Plan, cluster: Cluster, workload: Workload, *, correction: Optional[Correction] = None,
@@ -118,4 +119,4 @@ def estimate(plan: Plan, cluster: Cluster, workload: Workload, *, correction: Op
     ctx = make_context(cluster, workload)
     e = fast_eval(plan, ctx)
     est = to_estimate(e, ctx, price_per_gpu_hour)
-    return apply_correction(est, e, ctx, correction or NoCorrection())
+    return apply_correction(est, e, ctx, correction or NoCorrection(), price_per_gpu_hour)

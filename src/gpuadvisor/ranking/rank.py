@@ -71,7 +71,8 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     ordered = sorted(best.values(), key=lambda e: _key(objective, e, price_per_gpu_hour))
     corr = correction or NoCorrection()
     pool = ordered[: top * 3 if not isinstance(corr, NoCorrection) else top]
-    ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr), e) for e in pool]
+    ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr, price_per_gpu_hour), e)
+            for e in pool]
     if not isinstance(corr, NoCorrection):
         ests.sort(key=lambda pe: _key(objective, pe[1], price_per_gpu_hour))
     ests = ests[:top]
