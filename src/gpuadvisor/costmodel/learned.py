@@ -84,8 +84,21 @@ def row_cluster(row: MeasurementRow) -> Cluster:
 
 
 def throughput_rows(rows: Iterable[MeasurementRow]) -> list[MeasurementRow]:
-    """Rows the correction learns from: positive tokens/s (or samples/s) measurements."""
-    return [r for r in rows if r.metric in ("tokens_per_s", "samples_per_s") and r.value > 0]
+    """Rows the correction learns from: positive tokens/s (or samples/s) measurements.
+
+    Epoch times with steps_per_epoch become tokens/s: steps * tokens per step / epoch seconds.
+    """
+    out = []
+    for r in rows:
+        if r.value <= 0:
+            continue
+        if r.metric in ("tokens_per_s", "samples_per_s"):
+            out.append(r)
+        elif r.metric == "epoch_time_s" and r.steps_per_epoch:
+            tps = r.steps_per_epoch * r.workload.tokens_per_step / r.value
+            out.append(r.model_copy(update={"id": f"{r.id}~tokens_per_s", "metric": "tokens_per_s", "value": tps,
+                                            "unit": "tokens/s"}))
+    return out
 
 
 class LearnedCorrection(BaseEstimator):
