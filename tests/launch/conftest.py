@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from launch_fixtures import node
+from .launch_fixtures import node
 
 from gpuadvisor.schemas import Cluster, Network, NodeAccess
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from launch_fixtures import node
+from .launch_fixtures import node
 
 from gpuadvisor.errors import UserError
 from gpuadvisor.launch import build_launch, deepspeed_config, make_job, render_launch
