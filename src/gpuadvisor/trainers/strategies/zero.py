@@ -1,0 +1,110 @@
+"""ZeRO stages 1/2/3 and ZeRO-3 with CPU offload via DeepSpeed (Rajbhandari et al. 2020; Ren et al. 2021).
+
+Stage 1 shards the optimizer states over the data-parallel ranks, stage 2 also the gradients
+(reduce-scatter of each `reduce_bucket_size` bucket on every micro-step), stage 3 also the
+parameters (all-gathered for forward and backward; `allgather_bucket_size` becomes the stage-3
+prefetch bucket). Offload moves the optimizer states (and at stage 3 the parameters) to host RAM.
+ZeRO++ hpZ (`zero_hpz_partition_size`) keeps a secondary parameter shard per node group.
+Batches follow the paper's Appendix H: micro-batch mb per rank, gradient_accumulation_steps m.
+
+The optimizer is DeepSpeed's torch-backed Adam/AdamW (`torch_adam`: the same torch.optim
+classes the other strategies use), so the losses match them; SGD is passed as a client optimizer.
+On CPU DeepSpeed needs DS_ACCELERATOR=cpu and JIT-builds a C++ comm op on first use: call
+`ensure_deepspeed_ops()` once in the parent before launching ranks (two ranks building it at
+once can abort).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from ..parallel import Context
+from .base import Strategy, loss_fn, make_optimizer
+
+
+def ensure_deepspeed_ops() -> None:
+    """Build DeepSpeed's JIT ops (the CPU shared-memory comm op) once, in this process."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None and deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        builder.load(verbose=False)
+
+
+def deepspeed_config(ctx: Context) -> dict:
+    """The DeepSpeed JSON config of a plan (also what `launch` would hand to users)."""
+    p = ctx.plan
+    zero: dict = {
+        "stage": p.zero_stage,
+        "reduce_bucket_size": p.zero_reduce_bucket_size,
+        "overlap_comm": p.zero_overlap_comm,
+        "contiguous_gradients": True,
+    }
+    if p.zero_stage == 3:
+        zero["stage3_prefetch_bucket_size"] = p.zero_allgather_bucket_size
+        if p.zero_hpz_partition_size > 1:
+            zero["zero_hpz_partition_size"] = p.zero_hpz_partition_size
+    else:
+        zero["allgather_bucket_size"] = p.zero_allgather_bucket_size
+    if p.zero_offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+        if p.zero_stage == 3:
+            zero["offload_param"] = {"device": "cpu"}
+    cfg: dict = {
+        "train_micro_batch_size_per_gpu": p.micro_batch_size,
+        "gradient_accumulation_steps": p.num_micro_batches,
+        "train_batch_size": p.global_batch(),
+        "gradient_clipping": 0.0,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "zero_optimization": zero,
+        "bf16": {"enabled": ctx.amp_dtype == torch.bfloat16},
+        "fp16": {"enabled": ctx.amp_dtype == torch.float16},
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+    }
+    kind = ctx.job.workload.training.optimizer
+    if kind in ("adam", "adamw"):
+        cfg["optimizer"] = {"type": "AdamW" if kind == "adamw" else "Adam", "params": {
+            "lr": ctx.job.lr, "betas": [0.9, 0.999], "eps": 1e-8,
+            "weight_decay": 0.01 if kind == "adamw" else 0.0,
+            "torch_adam": True, "adam_w_mode": kind == "adamw",
+        }}
+    return cfg
+
+
+class Zero(Strategy):
+    """deepspeed.initialize over all ranks; engine.backward/step per micro-batch (step applies at the boundary)."""
+
+    name = "zero"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        if ctx.plan.dp != ctx.world_size:
+            raise ValueError(f"ZeRO needs dp == world size, got dp={ctx.plan.dp}, world={ctx.world_size}")
+        if not ctx.is_cuda:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=ctx.backend)
+        model = self.build_model()
+        cfg = deepspeed_config(ctx)
+        client_opt = None if "optimizer" in cfg else make_optimizer(model.parameters(), ctx)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               optimizer=client_opt, config=cfg)
+
+    def step(self, step: int) -> Optional[float]:
+        x, y = self.replica_batch(step)
+        m = self.plan.num_micro_batches
+        total = 0.0
+        for xm, ym in zip(x.chunk(m), y.chunk(m)):
+            loss = loss_fn(self.engine(xm), ym)
+            self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps
+            self.engine.step()
+            total += float(loss.detach())
+        return total / m
