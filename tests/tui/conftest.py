@@ -34,10 +34,11 @@ def make_app(**kw):
 
 async def settle(pilot) -> None:
     """Wait until every worker (cluster load, ranking) has finished and the screen has refreshed."""
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
+    for _ in range(3):
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.2)
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 

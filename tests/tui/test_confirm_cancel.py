@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
+from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
@@ -15,6 +17,7 @@ from .conftest import make_app, run_async, settle, text_of
 
 @run_async
 async def test_cancel_stops_the_running_trial_processes(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: reuse the trials fixtures
     from trials.conftest import MARK, fake, marked_pids  # tests/trials: fake trainers and /proc checks
     from trials.planner_fixture import FakePlanner, cpu_cluster
 

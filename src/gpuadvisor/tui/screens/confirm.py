@@ -46,7 +46,7 @@ class ConfirmScreen(StepScreen):
         with Horizontal(classes="row"):
             yield Button("Start trials", id="start", variant="success", compact=True)
             yield Button("Cancel", id="cancel", variant="error", compact=True, disabled=True)
-            yield ProgressBar(id="progress", show_eta=False)
+            yield ProgressBar(total=1, id="progress", show_eta=False)
         yield Static("Trials run the bundled trainer on this cluster; skip this step to export the "
                      "cost model's pick.", id="trial-status")
         table: DataTable = DataTable(id="trials", cursor_type="row", zebra_stripes=True)

@@ -18,7 +18,7 @@ from .base import StepScreen
 #: What-if NIC choices: (label, spec for api.suggest(what_if=...)); "" keeps the cluster's NIC.
 NIC_CHOICES: tuple[tuple[str, str], ...] = (
     ("NIC as is", ""), ("10 GbE", "nic=10gbe"), ("25 GbE", "nic=25gbe"), ("100 GbE", "nic=100gbe"),
-    ("200 Gb IB", "nic=ib-hdr"),
+    ("RoCE 200G", "nic=roce-200g"), ("IB HDR 200G", "nic=ib-hdr"), ("IB NDR 400G", "nic=ib-ndr"),
 )
 
 
