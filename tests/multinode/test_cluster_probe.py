@@ -1,0 +1,47 @@
+"""Cluster probe pieces that need no namespaces: degraded-NIC flags, socket env, unreachable probe."""
+from __future__ import annotations
+
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.remote.cluster_probe import _network_warnings, probe_cluster, rdzv_host_args, socket_env
+from gpuadvisor.schemas.hardware import Cluster, Device, Network, Nic, Node, NodeAccess
+
+
+def _node(name: str, speed=10.0, mtu=1500, kind="ethernet", extra=(), **acc) -> Node:
+    dev = Device(index=0, kind="gpu", name="A40", memory_bytes=2**34, peak_tflops_bf16=150, peak_tflops_fp32=37,
+                 memory_bandwidth_gb_per_s=696)
+    nics = [Nic(name="eth0", kind=kind, speed_gbit_per_s=speed, mtu=mtu), *extra]
+    return Node(name=name, devices=[dev], nics=nics, access=NodeAccess(ifname="eth0", **acc))
+
+
+def _cluster(*nodes: Node) -> Cluster:
+    return Cluster(name="c", nodes=list(nodes), network=Network(bandwidth_gb_per_s=1, latency_us=10))
+
+
+def test_degraded_nic_flagged():
+    warns = _network_warnings(_cluster(_node("a"), _node("b")), 0.12, gpu=True)  # ~1 Gbit/s on a 10 Gbit/s NIC
+    assert len(warns) == 2 and "possible degraded link" in warns[0] and "MTU" in warns[0]
+
+
+def test_healthy_nic_not_flagged():
+    assert _network_warnings(_cluster(_node("a"), _node("b")), 0.9, gpu=True) == []
+
+
+def test_mtu_mismatch_and_unused_ib():
+    ib = Nic(name="ib0", kind="infiniband", speed_gbit_per_s=200, operstate="up")
+    warns = _network_warnings(_cluster(_node("a", mtu=9000, extra=[ib]), _node("b")), 0.9, gpu=True)
+    assert any("MTU differs" in w for w in warns) and any("InfiniBand/RoCE port" in w for w in warns)
+
+
+def test_socket_env_and_host_args():
+    n = _node("a", address="10.0.0.1")
+    assert socket_env(n, gpu=True) == {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert socket_env(n, gpu=False) == {"GLOO_SOCKET_IFNAME": "eth0"}
+    assert rdzv_host_args(n, 0) == ["--rdzv-conf", "is_host=true", "--local-addr", "10.0.0.1"]
+
+
+def test_probe_unreachable_node_names_it():
+    bad = _node("b", method="prefix", prefix=["false"])
+    with pytest.raises(UserError, match=r"^node b \(false\): probe failed"):
+        probe_cluster(_cluster(bad))
