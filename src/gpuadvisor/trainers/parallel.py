@@ -101,7 +101,11 @@ def setup(job: TrainerJob) -> Context:
     backend = pick_backend(job, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=job.init_timeout_s))
+    if dist.is_initialized():  # several jobs in one launch (run_jobs): reuse the group
+        if dist.get_world_size() != world or dist.get_backend() != backend:
+            raise ValueError("an existing process group does not match this job's world size/backend")
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=job.init_timeout_s))
     precision = job.workload.training.precision
     amp = None
     if device.type == "cuda" and precision != "fp32":

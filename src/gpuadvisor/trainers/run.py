@@ -122,6 +122,32 @@ def train(job: TrainerJob, out: Path) -> Optional[RunMetrics]:
     return metrics
 
 
+def run_jobs(pairs: list[tuple[TrainerJob, Path]]) -> int:
+    """Run several jobs of the same world size in one launch, sharing the process group.
+
+    Pays torchrun/import start-up once (tests, CPU benchmark). Stops at the first failure, which is
+    recorded like `main` does; returns the exit code.
+    """
+    import gc
+
+    from .parallel import teardown
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        for job, out in pairs:
+            try:
+                train(job, out)
+            except BaseException as exc:  # noqa: BLE001
+                kind = write_error(out, rank, exc)
+                print(f"[rank {rank}] {kind}: {type(exc).__name__}: {exc}", flush=True)
+                traceback.print_exc()
+                return EXIT_CODES[kind]
+            gc.collect()
+        return 0
+    finally:
+        teardown()
+
+
 def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = None) -> TrainerJob:
     """Read a TrainerJob JSON, applying --steps/--warmup overrides; ValueError with the reason if invalid."""
     try:
@@ -145,10 +171,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--steps", type=int, help="timed optimizer steps (overrides the job)")
     ap.add_argument("--warmup", type=int, help="untimed warm-up steps (overrides the job)")
     ap.add_argument("--out", required=True, help="output folder for metrics.json / error-rank<r>.json")
+    ap.add_argument("--also", nargs=2, action="append", default=[], metavar=("JOB", "DIR"),
+                    help="run another job (same world size) in this launch afterwards, writing to DIR")
     args = ap.parse_args(argv)
     out = Path(args.out)
     rank = int(os.environ.get("RANK", "0"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.also:
+        try:
+            pairs = [(load_job(args.plan, args.steps, args.warmup), out)]
+            pairs += [(load_job(j, args.steps, args.warmup), Path(d)) for j, d in args.also]
+        except ValueError as exc:
+            write_error(out, rank, exc)
+            print(f"[rank {rank}] exception: {exc}", flush=True)
+            return EXIT_CODES["exception"]
+        return run_jobs(pairs)
     try:
         job = load_job(args.plan, args.steps, args.warmup)
         train(job, out)

@@ -1,0 +1,92 @@
+"""Every strategy trains the same model on the same data to the same losses as one process.
+
+CPU, fp32, tiny GPT (4 layers, h=32, seq 16, vocab 64), global batch 4, 5 optimizer steps
+(1 warm-up + 4 timed) at lr 1e-3. Tolerance: rtol 1e-4 on the per-step global mean cross-entropy
+(observed differences are ~1e-7, float32 reduction order). Jobs of one world size share one
+launch (`--also`) so the file runs in a few minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuadvisor.schemas import RunMetrics
+from gpuadvisor.trainers.aggregate import global_losses
+
+from ._launch import job, launch
+
+pytestmark = pytest.mark.slow
+RTOL = 1e-4
+
+TWO_RANK = {
+    "dp": job(dp=2),
+    "dp_accum": job(dp=2, num_micro_batches=2),
+    "tp": job(tp=2),
+    "tp_sp": job(tp=2, sequence_parallel=True),
+    "pp_gpipe": job(pp=2, num_micro_batches=2, pp_schedule="gpipe"),
+    "pp_1f1b": job(pp=2, num_micro_batches=4, pp_schedule="1f1b"),
+    "pp_interleaved": job(pp=2, num_micro_batches=2, pp_schedule="interleaved", pp_virtual_stages=2),
+    "zero1": job(dp=2, zero_stage=1),
+    "zero2": job(dp=2, zero_stage=2, num_micro_batches=2),
+    "zero3": job(dp=2, zero_stage=3, num_micro_batches=2),
+    "zero3_offload": job(dp=2, zero_stage=3, zero_offload=True),
+}
+FOUR_RANK = {
+    "tp2xdp2": job(tp=2, dp=2),
+    "pp2xdp2": job(pp=2, dp=2, num_micro_batches=2),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> RunMetrics for the baseline, all 2-rank and all 4-rank jobs."""
+    from gpuadvisor.trainers.strategies.zero import ensure_deepspeed_ops
+
+    ensure_deepspeed_ops()  # build DeepSpeed's JIT op once, before ranks race to build it
+    out: dict[str, RunMetrics] = {}
+    for nproc, jobs in ((1, {"single": job()}), (2, TWO_RANK), (4, FOUR_RANK)):
+        tmp = tmp_path_factory.mktemp(f"ranks{nproc}")
+        proc = launch(tmp, jobs, nproc)
+        assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+        for name in jobs:
+            out[name] = RunMetrics.model_validate_json((tmp / name / "metrics.json").read_text())
+    return out
+
+
+def test_baseline_learns_something(runs):
+    losses = global_losses(runs["single"])
+    assert len(losses) == 5 and all(math.isfinite(l) for l in losses)
+    assert abs(losses[0] - math.log(64)) < 0.1  # uniform tokens: starts at ln(vocab)
+
+
+@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK])
+def test_same_losses_as_single_process(runs, name):
+    base = global_losses(runs["single"])
+    got = global_losses(runs[name])
+    assert got == pytest.approx(base, rel=RTOL), f"{name}: {got} vs single {base}"
+
+
+@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK])
+def test_same_total_tokens_as_single_process(runs, name):
+    """Appendix F token rules give every strategy the tokens of the single run (4 steps x 4 x 16)."""
+    assert runs[name].summary.total_tokens == runs["single"].summary.total_tokens == 4 * 4 * 16
+
+
+def test_token_counting_per_rank(runs):
+    pp = runs["pp_1f1b"].ranks
+    assert [r.tokens for r in pp] == [0, 256] and [r.tokens_seen for r in pp] == [256, 256]
+    assert [r.tokens for r in runs["tp"].ranks] == [256, 256]
+    assert [r.tokens for r in runs["dp"].ranks] == [128, 128]
+    assert [r.tokens for r in runs["tp2xdp2"].ranks] == [128, 128, 128, 128]
+
+
+def test_metrics_are_complete(runs):
+    m = runs["dp"]
+    assert m.precision == "fp32 (bf16 requested)" and m.backend == "gloo"
+    for r in m.ranks:
+        assert len(r.step_times_s) == 4 and r.time_s >= sum(r.step_times_s) * 0.99
+        assert r.peak_memory_bytes > 0 and r.avg_memory_bytes > 0
+    assert "lo" in m.ranks[0].nic_bytes and m.ranks[1].nic_bytes == {}  # one reader per host
+    assert m.ranks[0].nic_bytes["lo"].tx_bytes > 0  # gloo's traffic between the two ranks
+    assert m.summary.throughput_tokens_per_s == pytest.approx(m.summary.total_tokens / m.summary.total_time_s)
