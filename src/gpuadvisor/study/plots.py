@@ -84,30 +84,43 @@ def _save(fig: Any, path: Path) -> None:
     """Render to PNG in memory, then write atomically."""
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
     write_atomic(path, buf.getvalue())
 
 
 def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[float]]]], fmt: str = "{:.0f}",
-          annotate: bool = True) -> None:
-    """Grouped bars: one group per x label, one bar per series; missing values leave a gap."""
-    n = max(1, len(series))
-    width = 0.8 / n
-    for i, (label, ys) in enumerate(series):
-        xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
-        pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
-        if not pts:
-            continue
-        bars = ax.bar([p[0] for p in pts], [p[1] for p in pts], width=width, label=label,
-                      color=COLORS.get(label.split(" ")[0], None), edgecolor="black", linewidth=0.4)
-        if annotate and n <= 9:
-            for b, (_, y) in zip(bars, pts):
-                ax.annotate(fmt.format(y), (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
-                            va="bottom", fontsize=6.5, rotation=90 if n > 4 else 0, xytext=(0, 2),
-                            textcoords="offset points")
+          annotate: bool = True) -> dict[tuple[str, int], tuple[float, float]]:
+    """Grouped bars, one group per x label; each group holds only the series that have a value there, centred.
+
+    Returns {(series label, group index): (bar centre, bar width)} for overlays.
+    """
+    colors = {label: COLORS.get(label.split(" ")[0], f"C{i}") for i, (label, _) in enumerate(series)}
+    per_group = [[i for i, (_, ys) in enumerate(series) if ys[j] is not None] for j in range(len(groups))]
+    width = 0.8 / max([len(p) for p in per_group] + [1])
+    where: dict[tuple[str, int], tuple[float, float]] = {}
+    seen: set[str] = set()
+    for j, present in enumerate(per_group):
+        for pos, i in enumerate(present):
+            label, ys = series[i]
+            x = j + (pos - (len(present) - 1) / 2) * width
+            y = ys[j]
+            ax.bar([x], [y], width=width, color=colors[label], edgecolor="black", linewidth=0.4,
+                   label=None if label in seen else label)
+            seen.add(label)
+            where[(label, j)] = (x, width)
+            if annotate:
+                ax.annotate(fmt.format(y), (x, y), ha="center", va="bottom", fontsize=6.5,
+                            rotation=90 if len(present) > 4 else 0, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups)
+    ax.margins(y=0.12)
+    return where
+
+
+def _legend_out(ax: Any) -> None:
+    """Legend to the right of the axes (never over the bars or reference lines)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 class Recorder:
@@ -175,7 +188,7 @@ def plot_throughput(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             ax.set_xlabel("GPUs (NxM = nodes x GPUs per node)")
             ax.set_ylabel("throughput (tokens/s)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
+            _legend_out(ax)
         ax.set_title(f"{model}: throughput vs GPUs")
     _save(fig, out / name)
     return name
@@ -208,7 +221,7 @@ def plot_efficiency(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             ax.set_xlabel("GPUs")
             ax.set_ylabel("scaling efficiency (% of ideal)")
             ax.set_ylim(0, max(110, max(y for _, ys in series for y in ys if y is not None) * 1.15))
-            ax.legend(fontsize=7, ncol=2)
+            _legend_out(ax)
             ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{model}: throughput scaling efficiency")
     _save(fig, out / name)
@@ -237,21 +250,19 @@ def plot_memory(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
         if not series:
             _note(ax, f"{model}: no successful runs")
         else:
-            _bars(ax, labels, series, annotate=False)
-            n = len(series)
-            width = 0.8 / n
+            where = _bars(ax, labels, series, annotate=False)
             first = True
-            for i, s in enumerate(strategies):
+            for s in strategies:
                 for j, g in enumerate(labels):
                     p = _value(mrows, model, s, g, "predicted_peak_memory_bytes")
-                    if p is not None and _value(mrows, model, s, g, "peak_memory_bytes") is not None:
-                        x = j + (i - (n - 1) / 2) * width
-                        ax.plot([x - width / 2, x + width / 2], [p / MIB] * 2, color="black", lw=1.5,
+                    if p is not None and (s, j) in where:
+                        x, width = where[(s, j)]
+                        ax.plot([x - width / 2, x + width / 2], [p / MIB] * 2, color="black", lw=2.0,
                                 label="predicted" if first else None)
                         first = False
             ax.set_xlabel("GPUs")
             ax.set_ylabel("peak memory per device (MiB)")
-            ax.legend(fontsize=7, ncol=2)
+            _legend_out(ax)
             ax.grid(axis="y", alpha=0.3)
         ax.set_title(f"{model}: peak memory (bars measured)")
     _save(fig, out / name)
@@ -353,17 +364,18 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
     name = "network.png"
     ok = [r for r in _ok(rows) if r.strategy != "single"]
     models = _models(rows)
-    nic_total = sum((r.network_tx_bytes or 0) + (r.network_rx_bytes or 0) for r in ok)
+    multi_node = [r for r in ok if r.nodes > 1]
     lo_total = sum(r.loopback_bytes or 0 for r in ok)
-    source = "nic" if nic_total > 0 else ("loopback" if lo_total > 0 else "none")
+    background = sum((r.network_tx_bytes or 0) + (r.network_rx_bytes or 0) for r in ok if r.nodes == 1)
+    source = "nic" if multi_node else ("loopback" if lo_total > 0 else "none")
     rec.fig(name, "Network volume and throughput", source=source)
     fig, axes = _fig(plt, 2, rows_n=len(models), w=6.0)
     for row_axes, model in zip(axes, models):
         mrows = [r for r in ok if r.model == model]
         if source == "none" or not mrows:
-            _note(row_axes[0], "no bytes crossed a NIC or the loopback interface in the timed windows:\n"
-                               "all ranks on one node talk through shared memory / NVLink / PCIe,\n"
-                               "so the network diagnostics of a multi-node cluster are ~0 here")
+            _note(row_axes[0], "single node: no training traffic crosses a NIC, and none went over loopback\n"
+                               "(ranks talk through shared memory / NVLink / PCIe), so seed 000's network\n"
+                               f"diagnostics are ~0 here (NIC counters saw {background:,} B of background traffic)")
             _note(row_axes[1], "network throughput: ~0 Gbit/s (single node)")
             row_axes[0].set_title(f"{model}: network volume")
             row_axes[1].set_title(f"{model}: network throughput")
@@ -392,18 +404,18 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
                        f"{source}_gbit_per_s")
         _bars(row_axes[0], labels, scaled, fmt="{:.2g}")
         _bars(row_axes[1], labels, thr, fmt="{:.2g}")
-        what = "tx+rx through NICs" if source == "nic" else "loopback (gloo on this host)"
-        row_axes[0].set_ylabel(f"volume per timed window ({unit}, {what})")
-        row_axes[1].set_ylabel(f"throughput (Gbit/s, {what})")
+        what = "NIC tx+rx" if source == "nic" else "loopback"
+        row_axes[0].set_ylabel(f"{what} volume per timed window ({unit})")
+        row_axes[1].set_ylabel(f"{what} throughput (Gbit/s)")
         for ax, t in ((row_axes[0], "network volume"), (row_axes[1], "network throughput")):
             ax.set_xlabel("GPUs")
-            ax.set_title(f"{model}: {t}" + (" - single node: loopback shown" if source == "loopback" else ""),
-                         fontsize=10)
-            ax.legend(fontsize=7, ncol=2)
+            ax.set_title(f"{model}: {t}" + (" (loopback)" if source == "loopback" else ""), fontsize=10)
             ax.grid(axis="y", alpha=0.3)
-        if source == "loopback":
-            row_axes[0].text(0.02, 0.97, "0 bytes crossed a NIC (single node)", transform=row_axes[0].transAxes,
-                             va="top", fontsize=8, color="#aa0000")
+        _legend_out(row_axes[1])
+    if source == "loopback":
+        fig.suptitle(f"Single node: no training traffic crosses a NIC (its counters saw {background:,} B of background "
+                     "traffic);\nthe bars show the gloo traffic between the ranks over loopback instead", fontsize=10,
+                     color="#aa0000")
     _save(fig, out / name)
     return name
 

@@ -102,16 +102,17 @@ def _pipeline(mrows: list[StudyRow], model: str) -> list[str]:
 def network_findings(rows: list[StudyRow]) -> list[str]:
     """Which strategy moves the most bytes across NICs, or that the study stayed on one node."""
     ok = [r for r in _ok(rows) if r.strategy != "single"]
-    nic = [r for r in ok if (r.network_tx_bytes or 0) + (r.network_rx_bytes or 0) > 0]
+    nic = [r for r in ok if r.nodes > 1]
     if not nic:
         lo = [r for r in ok if r.loopback_bytes]
         extra = ""
         if lo:
             top = max(lo, key=lambda r: r.loopback_bytes or 0)
             extra = (f" Between ranks of this host, {top.strategy} at {gpu_label(top)} GPUs ({top.model}) moved the "
-                     f"most bytes over loopback: {top.loopback_bytes / 1e6:,.1f} MB in the timed window.")
-        return ["All measured cells ran on one node, so no bytes crossed a NIC: the network volume and throughput "
-                "of seed 000's nano-cluster (1 GbE between nodes) cannot show here; they are ~0." + extra]
+                     f"most bytes over loopback: {top.loopback_bytes / 1e6:,.2f} MB in the timed window.")
+        return ["All measured cells ran on one node, so no training traffic crossed a NIC: the network volume and "
+                "throughput of seed 000's nano-cluster (1 GbE between nodes) cannot show here; they are ~0 (any "
+                "bytes in the NIC columns are background traffic)." + extra]
     top = max(nic, key=lambda r: (r.network_tx_bytes or 0) + (r.network_rx_bytes or 0))
     fast = max(nic, key=lambda r: r.network_gbit_per_s or 0)
     return [f"Most network volume: {top.strategy} at {gpu_label(top)} GPUs ({top.model}), "

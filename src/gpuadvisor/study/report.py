@@ -53,10 +53,18 @@ def _bytes(x: Optional[float]) -> str:
     return f"{x:,.0f} B"
 
 
-def _setup_blocks(meta: dict) -> list[Block]:
+def _params(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f}{unit}"
+    return f"{n:,.0f}"
+
+
+def _setup_blocks(meta: dict, rows_: list[StudyRow]) -> list[Block]:
     models = meta.get("models", {})
-    rows = [[m, d["name"], f"{d['params'] / 1e6:,.1f}M", d["layers"], d["hidden"], d["heads"], d["seq_len"],
-             d["global_batch"], d["precision"], f"{d['tokens_per_cell']:,}"] for m, d in models.items()]
+    used = {r.model: r.precision for r in rows_ if r.precision}
+    rows = [[m, d["name"], _params(d["params"]), d["layers"], d["hidden"], d["heads"], d["seq_len"],
+             d["global_batch"], used.get(m, d["precision"]), f"{d['tokens_per_cell']:,}"] for m, d in models.items()]
     return [
         ("h2", "Setup"),
         ("p", f"Cluster `{meta.get('cluster')}` ({meta.get('cluster_source')}): {meta.get('nodes')} node(s), "
@@ -79,13 +87,14 @@ def _results_blocks(rows: list[StudyRow]) -> list[Block]:
         for r in rows:
             if r.model != model:
                 continue
-            body.append([r.strategy, gpu_label(r), r.plan or "-", _n(r.tokens_per_s), _n(r.scaling_factor, "{:.2f}"),
+            plan = f"mb={r.micro_batch_size} m={r.num_micro_batches}" if r.micro_batch_size else "-"
+            body.append([r.strategy, gpu_label(r), plan, _n(r.tokens_per_s), _n(r.scaling_factor, "{:.2f}"),
                          _n(r.efficiency_pct, "{:.0f}%"), _n(r.runtime_overhead_pct, "{:+.0f}%"),
                          _mib(r.peak_memory_bytes), _mib(r.avg_memory_bytes),
                          _bytes((r.network_tx_bytes or 0) + (r.network_rx_bytes or 0)) if r.status == "ok" else "-",
                          _n(r.network_gbit_per_s, "{:.3f}"), r.status])
         out.append(("h3", model))
-        out.append(("table", (["strategy", "GPUs", "plan", "tokens/s", "scaling", "efficiency", "runtime overhead",
+        out.append(("table", (["strategy", "GPUs", "micro-batch x count", "tokens/s", "scaling", "efficiency", "runtime overhead",
                                "peak MiB", "avg MiB", "net volume", "net Gbit/s", "status"], body)))
     return out
 
@@ -123,7 +132,7 @@ def build_blocks(rows: list[StudyRow], meta: dict, plots: list[str]) -> list[Blo
     blocks: list[Block] = [("h1", "gpuadvisor study"),
                            ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')}; {sum(r.status == 'ok' for r in rows)} "
                                  f"of {len(rows)} cells measured.")]
-    blocks += _setup_blocks(meta)
+    blocks += _setup_blocks(meta, rows)
     blocks += [("h2", "Findings"), ("ul", findings(rows))]
     if plots:
         blocks.append(("h2", "Plots"))

@@ -39,6 +39,7 @@ class StudyRow(Frozen):
     global_batch: int
     seq_len: int
     steps: int
+    precision: str = Field("", description="Precision the trainer used, e.g. 'fp32 (bf16 requested)' on CPU")
     status: str = Field(description="ok, oom, timeout, crash, rendezvous, invalid_metrics, skipped, pending")
     note: str = ""
     total_tokens: Optional[int] = None
@@ -116,7 +117,7 @@ def build_rows(cells: list[Cell], results: dict[str, CellResult], workloads: dic
             d.update(trial_id=res.record.trial_id, duration_s=res.record.duration_s)
         if m is not None:
             s = summarize(m.ranks, m.plan)
-            d.update(total_tokens=s.total_tokens, total_time_s=s.total_time_s, tokens_per_s=s.throughput_tokens_per_s,
+            d.update(precision=m.precision, total_tokens=s.total_tokens, total_time_s=s.total_time_s, tokens_per_s=s.throughput_tokens_per_s,
                      peak_memory_bytes=s.peak_memory_bytes, avg_memory_bytes=s.avg_memory_bytes,
                      total_memory_bytes=s.total_memory_bytes, avg_utilization_pct=s.avg_utilization_pct,
                      network_tx_bytes=s.network_tx_bytes, network_rx_bytes=s.network_rx_bytes,
