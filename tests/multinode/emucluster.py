@@ -238,13 +238,16 @@ class EmulatedCluster:
         return acc
 
     def cluster_doc(self, *, cpu_ranks: int = 1, ram_gib: float = 4.0, network: Optional[dict] = None,
-                    access_override: Optional[dict[int, dict]] = None, cores: int = 1) -> dict:
+                    access_override: Optional[dict[int, dict]] = None, cores: int = 1,
+                    device_rates: Optional[dict] = None) -> dict:
         """The concise cluster-file document of the emulated cluster (one CPU rank per node by default)."""
         nodes = []
         for i, name in enumerate(self.node_names()):
             nodes.append({"name": name, "cpu_ranks": cpu_ranks,
                           "cpu": {"cores": cores, "threads": cores, "ram_gib": ram_gib},
                           "access": self.access(i, **(access_override or {}).get(i, {}))})
+            if device_rates:
+                nodes[-1]["device_rates"] = dict(device_rates)
         net = network or {"link": "1gbe", "nic": self.ifname}
         return {"name": f"emulated-{self.n}n", "source": "tests/multinode/emucluster.py (network namespaces)",
                 "nodes": nodes, "network": net}

@@ -45,3 +45,13 @@ def test_probe_unreachable_node_names_it():
     bad = _node("b", method="prefix", prefix=["false"])
     with pytest.raises(UserError, match=r"^node b \(false\): probe failed"):
         probe_cluster(_cluster(bad))
+
+
+def test_no_torch_in_the_advisor_process():
+    import subprocess
+    import sys
+    code = ("import sys, gpuadvisor.remote.access, gpuadvisor.remote.preflight, gpuadvisor.remote.cluster_probe, "
+            "gpuadvisor.trials.multinode; print(sorted({'torch', 'deepspeed'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,8 +1,6 @@
 """End to end on the emulated 2-node cluster (1 Gbit/s): probe, measure, rank, 2 trials, launch commands."""
 from __future__ import annotations
 
-import pytest
-
 from gpuadvisor.launch.build import build_launch, make_job
 from gpuadvisor.ranking import rank
 from gpuadvisor.remote.cluster_probe import internode_measurement, probe_cluster, with_network

@@ -1,10 +1,8 @@
 """Pre-flight on the emulated cluster: a healthy cluster passes; each bad input gives its own line."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 

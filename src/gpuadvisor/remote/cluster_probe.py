@@ -28,7 +28,7 @@ from ..schemas.hardware import Cluster, Network, Nic, Node
 from ..schemas.measure import CollectiveCurve
 from ..schemas.probe import ProbeReport
 from .access import NodeTimeout, describe, node_python, run_on_node
-from .group import TOKEN_VAR, finish_group, start_group, stop_group, wait_group
+from .group import finish_group, start_group, stop_group, wait_group
 
 __all__ = ["probe_cluster", "probe_node", "measure_internode", "internode_measurement", "InternodeMeasurement",
            "with_network", "socket_env", "DEGRADED_FRACTION"]

@@ -134,7 +134,8 @@ def stop_group(procs: list[NodeProc], token: str, grace_s: float = 5.0) -> dict[
             p.returncode = p.popen.returncode
     nodes = {p.node.name: p.node for p in procs}
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
-        left = dict(zip(nodes, pool.map(lambda n: reap_on_node(n, node_token(token, n), min(grace_s, 3.0)), nodes.values())))
+        reaped = pool.map(lambda n: reap_on_node(n, node_token(token, n), min(grace_s, 3.0)), nodes.values())
+        left = dict(zip(nodes, reaped))
     return {describe(nodes[name]): pids for name, pids in left.items() if pids}
 
 

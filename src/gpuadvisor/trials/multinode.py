@@ -35,8 +35,8 @@ from .classify import classify
 
 RECORD = "record.json"
 GUARD = Path(__file__).resolve().parent / "guard.py"
-_FETCH = ("import glob,json,os,sys\nd=sys.argv[1]\nout={}\n"
-          "for p in glob.glob(os.path.join(d,'error-rank*.json'))+[os.path.join(d,'metrics.json')]:\n"
+_FETCH = ("import glob,json,os,sys\nd=sys.argv[1]\nout={}\nfor p in"
+          "  glob.glob(os.path.join(d,'error-rank*.json'))+[os.path.join(d,'metrics.json')]:\n"
           "    try: out[os.path.basename(p)]=open(p).read()\n    except OSError: pass\nprint(json.dumps(out))")
 _PUT = "import os,sys\np=sys.argv[1]\nos.makedirs(os.path.dirname(p),exist_ok=True)\nopen(p,'w').write(sys.stdin.read())"
 
