@@ -77,3 +77,17 @@ def test_flops_per_token_palm():
 
 def test_powersgd_ratio():
     assert C.powersgd_ratio(4, 1024) == pytest.approx(8 / 1024)
+
+
+def test_pipeline_exchanges_per_slot_megatron_1f1b():
+    from gpuadvisor.costmodel.analytical.pipeline import exchanges_per_slot
+    assert exchanges_per_slot(1) == 0
+    assert exchanges_per_slot(2) == 1  # both stages are end stages: one exchange per slot
+    assert exchanges_per_slot(4) == 2  # middle stages exchange with both neighbours
+    assert exchanges_per_slot(4, 2) == 4
+
+
+def test_tied_embedding_grad_allreduce_only_with_pipeline():
+    from gpuadvisor.costmodel.analytical.pipeline import tied_embedding_grad_bytes
+    assert tied_embedding_grad_bytes(50257, 768, 1, 2) == 50257 * 768 * 2
+    assert tied_embedding_grad_bytes(50257, 768, 2, 2) == 50257 * 768

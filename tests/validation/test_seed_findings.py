@@ -5,10 +5,7 @@ from gpuadvisor.validation import validate
 
 # Findings the analytical model does not reproduce yet (documented in docs/cost-model.md, known gaps).
 # Any other failing finding fails this test.
-KNOWN_GAPS = {
-    "s001-pp4-consistent-300m": "predicted PP4/PP2 = 1.33 at m=p, the paper saw ~1.0",
-    "s001-pp-m4p-beats-mp-2gpu-100m": "predicted m=4p 6% slower than m=p on 2 GPUs for 100M (holds for 300M)",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
 from . import compute as K
 from . import memory as M
-from .pipeline import p2p_bytes_per_microbatch, pipeline_step_s
+from .pipeline import (exchanges_per_slot, p2p_bytes_per_microbatch, p2p_call_s, pipeline_step_s,
+                       tied_embedding_grad_bytes)
 
 __all__ = ["Context", "Eval", "evaluate"]
 
@@ -83,6 +84,7 @@ class Context:
             self.p_layer = K.layer_params(m)
             self.p_emb = m.vocab_size * m.d_model + m.max_seq_len * m.d_model
             self.p_head = 0 if m.tied_embeddings else m.vocab_size * m.d_model
+            self.tied = bool(m.tied_embeddings)
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
             self.fused_attention = dev.kind == "gpu"
@@ -90,6 +92,7 @@ class Context:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
             self.p_emb = self.p_head = 0
+            self.tied = False
             self.layer_fpt = self.head_fpt = 0.0
             self.fps = float(m.flops_per_sample or 0.0)
             self.act_per_sample = float(m.activation_bytes_per_sample or 0.0)
@@ -183,14 +186,22 @@ def evaluate(p: Plan, ctx: Context) -> Eval:
     if pp > 1:
         g = topo.group("pp", dp, tp, pp, nodes, gpn, order)
         size = p2p_bytes_per_microbatch(tokens, ctx.h, ctx.act_bytes, tp)
-        t_p2p = C.p2p_s(size, g.bw_gb_per_s, g.latency_us) + ctx.p2p_call_s
-        stage = t_mb + t_tp + 2 * v * t_p2p
+        t_p2p = C.p2p_s(size, g.bw_gb_per_s, g.latency_us) + p2p_call_s(ctx.p2p_call_s, g.shared_chain)
+        n_x = exchanges_per_slot(pp, v)
+        stage = t_mb + t_tp + n_x * t_p2p
         step, bubble = pipeline_step_s(stage, pp, m, v)
         e.bubble_s = bubble
         sent = m * 2 * v * size
         _add(e.link_bytes, g.kind, sent)
         e.nic_bytes += g.flows_per_nic * sent / 2.0
-        _add(e.comm, f"pp@{g.kind}", m * 2 * v * t_p2p)
+        _add(e.comm, f"pp@{g.kind}", m * n_x * t_p2p)
+        if ctx.transformer and ctx.tied:
+            emb = tied_embedding_grad_bytes(ctx.V, ctx.h, tp, ctx.zero_gbytes)
+            t_emb = C.ring_allreduce_s(emb, 2, g.bw_gb_per_s, g.latency_us) + ctx.call_s
+            step += t_emb
+            _add(e.link_bytes, g.kind, emb)
+            e.nic_bytes += g.flows_per_nic * emb
+            _add(e.comm, f"pp@{g.kind}", t_emb)
     else:
         step = m * (t_mb + t_tp)
     e.compute_s = m * t_mb

@@ -60,6 +60,7 @@ class Group:
     intra_kind: str
     net_bw_per_flow: float  # NIC bandwidth per concurrent flow of this group kind (inf if intra)
     flows_per_nic: int     # concurrent groups leaving the busiest node
+    shared_chain: int = 0  # chain hops (i -> i+1, no wrap) over shared PCIe uplinks on the busiest node
 
     @property
     def crosses_nodes(self) -> bool:
@@ -124,6 +125,7 @@ class Topology:
             return Group(1, 1, 1, inf, 0.0, "none", inf, 0.0, "none", inf, 0)
         flows = [0] * nodes
         shared = [0] * nodes
+        chain = [0] * nodes  # pipeline boundaries (no wrap-around hop) over shared uplinks
         for members in groups:  # concurrent in-node transfers over shared PCIe uplinks, per node
             for i, r in enumerate(members):
                 s = members[(i + 1) % n]
@@ -131,6 +133,8 @@ class Topology:
                     mat = self.mats[min(r // gpn, len(self.mats) - 1)]
                     if r % gpn < len(mat) and s % gpn < len(mat) and mat[r % gpn][s % gpn][3]:
                         shared[r // gpn] += 1
+                        if i + 1 < n:
+                            chain[r // gpn] += 1
         intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
         span, per_node = 1, 1
         for members in groups:
@@ -160,7 +164,8 @@ class Topology:
             lat = max(self.net_lat, intra_lat)
         else:
             per_flow, bw, kind_s, lat = inf, intra_bw, intra_kind, intra_lat
-        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, busiest)
+        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, busiest,
+                     max(chain) if chain else 0)
 
 
 def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> float:
