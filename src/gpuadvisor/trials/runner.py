@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -78,10 +79,32 @@ def _stop_guard(guard: subprocess.Popen, token: str, grace_s: float) -> None:
         pass
 
 
+class TrialCancelled(Exception):
+    """The trial was stopped because its `cancel` event was set; no process of it is left."""
+
+
+def _wait_guard(guard: subprocess.Popen, timeout: float, cancel: Optional[threading.Event]) -> None:
+    """Wait for the guard up to `timeout`; raise TrialCancelled as soon as `cancel` is set."""
+    if cancel is None:
+        guard.wait(timeout=timeout)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        if cancel.is_set():
+            raise TrialCancelled("trial cancelled")
+        try:
+            guard.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def run_trial(job: TrainerJob, out_dir: Union[str, Path], *, timeout_s: float, nproc: int,
               trainer_module: str = "gpuadvisor.trainers", env: Optional[Mapping[str, str]] = None,
               trial_id: Optional[str] = None, study: str = "", grace_s: float = 5.0,
-              estimate: Optional[Estimate] = None, launcher: Launcher = "torchrun") -> TrialRecord:
+              estimate: Optional[Estimate] = None, launcher: Launcher = "torchrun",
+              cancel: Optional[threading.Event] = None) -> TrialRecord:
     """Run `job` once and return its classified TrialRecord (also written atomically to out_dir/record.json).
 
     The launcher runs under `gpuadvisor.trials.guard` in a new session with a wall-clock deadline of
@@ -92,6 +115,7 @@ def run_trial(job: TrainerJob, out_dir: Union[str, Path], *, timeout_s: float, n
 
     `trainer_module` is a module run with `-m` (or a script path); tests pass fake trainers.
     `launcher="local"` starts the ranks directly (no torch import; for fast tests of nproc ranks).
+    `cancel`, when set from another thread (a UI), stops the trial like Ctrl-C and raises TrialCancelled.
     """
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -120,10 +144,10 @@ def run_trial(job: TrainerJob, out_dir: Union[str, Path], *, timeout_s: float, n
                                            "owner_pid": os.getpid(), "trial_id": trial_id}))
     try:
         try:
-            guard.wait(timeout=remaining + grace_s + 30)
+            _wait_guard(guard, remaining + grace_s + 30, cancel)
         except subprocess.TimeoutExpired:  # the guard itself is stuck: stop everything from here
             _stop_guard(guard, token, grace_s)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TrialCancelled):
         _stop_guard(guard, token, grace_s)
         (out / ACTIVE).unlink(missing_ok=True)
         raise

@@ -22,7 +22,7 @@ from ..paths import user_data_dir
 from ..schemas import Cluster, TrainerJob, Workload
 from .atomic import write_atomic
 from .progress import ProgressArg, make_progress
-from .runner import Launcher, reap_stale, run_trial
+from .runner import Launcher, TrialCancelled, reap_stale, run_trial
 from .schemas import ConfirmResult, TrialRow
 from .space import DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next, trial_status
 from .store import MeasurementStore, rows_from_trial
@@ -177,14 +177,15 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
             planner: Optional[Planner] = None, correction: Any = None, trial_timeout_s: Optional[float] = None,
             trial_env: Optional[Mapping[str, str]] = None, launcher: Launcher = "torchrun", grace_s: float = 5.0,
             store_path: Optional[str] = None, work_dir: Optional[str] = None, seed: int = 0,
-            max_trials: Optional[int] = None) -> ConfirmResult:
+            max_trials: Optional[int] = None, cancel: Optional[threading.Event] = None) -> ConfirmResult:
     """Confirm the cost model's top plans with short real runs; return predicted vs measured and the winner.
 
     The study is seeded with the cost model's `top_k` plans (enqueued), then explores plans near the best
     measured ones while `budget_s` (counted across restarts) remains. Every plan runs at most once; an OOM
     rules out the plan and larger micro-batches of its layout. `storage` is None (SQLite file
     <user data>/studies.db, this process the only writer), a SQLite path, or postgresql://... for several
-    workers. The study name defaults to one derived from the fingerprint of cluster, workload, search space
+    workers. Setting `cancel` (a threading.Event, e.g. from a UI) stops the running trial's processes
+    and returns the results so far; the stopped trial is failed and retried once by a later run. The study name defaults to one derived from the fingerprint of cluster, workload, search space
     and gpuadvisor version, so rerunning the same command resumes it; resuming a named study with a
     different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
     once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
@@ -219,7 +220,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
                                        f"budget {budget_s:.0f}s, storage {masked})"})
     exhausted = False
     ran = 0
-    while max_trials is None or ran < max_trials:
+    while (max_trials is None or ran < max_trials) and not (cancel is not None and cancel.is_set()):
         elapsed = float(study.user_attrs.get("elapsed_s", 0.0))
         remaining = budget_s - elapsed
         trials = study.get_trials(deepcopy=False)
@@ -259,14 +260,17 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
             with _Heartbeat(st, trial._trial_id):
                 rec = run_trial(job, out_dir, timeout_s=timeout, nproc=est.plan.devices_per_node,
                                 trainer_module=trainer_module, env=trial_env, trial_id=trial_id, study=name,
-                                grace_s=grace_s, estimate=est, launcher=launcher)
-        except KeyboardInterrupt:
+                                grace_s=grace_s, estimate=est, launcher=launcher, cancel=cancel)
+        except (KeyboardInterrupt, TrialCancelled) as exc:
             trial.set_user_attr("status_note", "stale: interrupted")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             cb = st.get_heartbeat_stale_trial_callback()
             if cb is not None:
                 cb(study, study.get_trials(deepcopy=False)[trial.number])
             _add_elapsed(study, time.monotonic() - t0)
+            if isinstance(exc, TrialCancelled):
+                notes.append(f"cancelled during trial {trial.number}; it is retried once when the study resumes")
+                break
             raise
         write_atomic(base / "results" / f"{trial_id}.json", rec.model_dump_json(indent=1))
         for row in rows_from_trial(rec, cluster, workload, est):

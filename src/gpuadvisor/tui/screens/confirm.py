@@ -1,6 +1,7 @@
 """Step 5, Confirm: run short real trials of the top K plans, live progress, predicted vs measured."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterable, Optional
 
 from rich.text import Text
@@ -10,7 +11,6 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from ...cli.render import human_rate
-from ..cancel import StudyCanceller, accepts_cancel_event
 from .base import StepScreen
 
 
@@ -31,7 +31,7 @@ class ConfirmScreen(StepScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cancel: Optional[StudyCanceller] = None
+        self._cancel: Optional[threading.Event] = None
         self._rows: dict[str, Any] = {}
         self.running = False
 
@@ -78,7 +78,7 @@ class ConfirmScreen(StepScreen):
         self._rows.clear()
         self.query_one("#trials", DataTable).clear()
         self.query_one("#progress", ProgressBar).update(total=budget_s, progress=0)
-        self._cancel = StudyCanceller()
+        self._cancel = threading.Event()
         self._set_running(True)
         self.query_one("#trial-status", Static).update(f"Running up to {top_k} trials, budget {budget_s:.0f} s…")
         self.run_trials(top_k, budget_s, steps, self._cancel)
@@ -92,9 +92,9 @@ class ConfirmScreen(StepScreen):
     def cancel_trials(self) -> bool:
         """Stop a running study (its trial gets SIGTERM, then SIGKILL to its session); True if one ran."""
         c = self._cancel
-        if c is None or c.cancelled or not self.running:
+        if c is None or c.is_set() or not self.running:
             return False
-        c.cancel(use_event=accepts_cancel_event())
+        c.set()  # the study stops the running trial (SIGTERM, then SIGKILL to its session) and returns
         return True
 
     def _set_running(self, running: bool) -> None:
@@ -107,7 +107,7 @@ class ConfirmScreen(StepScreen):
 
     # ---- the study, off the UI thread ---------------------------------------------------------------
     @work(thread=True, exclusive=True, group="trials", exit_on_error=False)
-    def run_trials(self, top_k: int, budget_s: float, steps: int, cancel: StudyCanceller) -> None:
+    def run_trials(self, top_k: int, budget_s: float, steps: int, cancel: threading.Event) -> None:
         from ... import api
 
         w = self.wizard
@@ -116,19 +116,10 @@ class ConfirmScreen(StepScreen):
         def progress(ev: dict[str, Any]) -> None:
             self.app.call_from_thread(self._event, dict(ev))
 
-        extra = dict(w.confirm_options)
-        if accepts_cancel_event():
-            extra["cancel"] = cancel.event
         result, error = None, None
         try:
-            try:
-                cancel.enter()
-                result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
-                                     progress=progress, **extra)
-            finally:
-                cancel.leave()
-        except KeyboardInterrupt:  # our cancel: the study has stopped its trial's processes
-            pass
+            result = api.confirm(s.workload, cluster=s.cluster, top_k=top_k, budget_s=budget_s, steps=steps,
+                                 progress=progress, cancel=cancel, **w.confirm_options)
         except Exception as exc:
             error = exc
         self.app.call_from_thread(self._finished, result, error)
@@ -159,9 +150,9 @@ class ConfirmScreen(StepScreen):
 
     def _finished(self, result: Any, exc: Optional[BaseException]) -> None:
         self._set_running(False)
-        cancelled = self._cancel is not None and self._cancel.cancelled
+        cancelled = self._cancel is not None and self._cancel.is_set()
         status = self.query_one("#trial-status", Static)
-        if cancelled and result is None and exc is None:
+        if cancelled and exc is None and getattr(result, "winner", None) is None:
             status.update("Cancelled: the running trial was stopped; Export writes the cost model's pick.")
             return
         if exc is not None:
