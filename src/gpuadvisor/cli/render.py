@@ -1,7 +1,7 @@
 """Plain-text rendering of rankings and estimates for the terminal (no colour codes, fits 110 columns)."""
 from __future__ import annotations
 
-from ..schemas import Cluster, Estimate, Ranking, Workload
+from ..schemas import Cluster, Estimate, Plan, Ranking, Workload
 
 GIB = 1024 ** 3
 
@@ -59,6 +59,14 @@ def describe_workload(w: Workload) -> str:
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
                 f"global batch {t.global_batch}, {t.precision}")
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"
+
+
+_TRIVIAL = {"tp=1", "pp=1", "zero=0", "m=1", "nodes=1"}
+
+
+def compact_plan(plan: Plan) -> str:
+    """Plan.to_string() without the trivial items (tp=1, pp=1, zero=0, m=1, nodes=1), so knobs stand out."""
+    return ",".join(i for i in plan.to_string().split(",") if i not in _TRIVIAL)
 
 
 def plan_label(e: Estimate) -> str:

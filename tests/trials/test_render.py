@@ -1,0 +1,30 @@
+"""The confirm table shows predicted vs measured and keeps plans that differ in one knob apart."""
+from gpuadvisor.schemas import parse_plan
+from gpuadvisor.trials.render import render_confirm
+from gpuadvisor.trials.schemas import ConfirmResult, TrialRow
+
+
+def _row(n, plan, status, pred, meas, seed_rank=None, error=None):
+    return TrialRow(number=n, trial_id=f"t{n}", plan=plan, plan_str=plan.to_string(), status=status,
+                    seed_rank=seed_rank, predicted_tokens_per_s=pred, measured_tokens_per_s=meas,
+                    measured_over_predicted=(meas / pred) if meas else None, error=error)
+
+
+def test_render_confirm_table_and_verdict():
+    a = parse_plan("dp=2,mb=4,bucket_mb=25")
+    b = parse_plan("dp=2,mb=4,bucket_mb=100")
+    c = parse_plan("dp=2,mb=8,m=1,zero=1")
+    r = ConfirmResult(study_name="s", storage="sqlite:///x.db", fingerprint="f", budget_s=180, elapsed_s=90,
+                      trials=[_row(0, a, "ok", 1000.0, 900.0, 0), _row(1, b, "ok", 990.0, 1200.0),
+                              _row(2, c, "oom", 1100.0, None, 1, error="CUDA out of memory")],
+                      winner=b, winner_measured_tokens_per_s=1200.0, first_pick=a,
+                      first_pick_measured_tokens_per_s=900.0, first_pick_gap_pct=25.0)
+    text = render_confirm(r)
+    lines = text.splitlines()
+    row_a = next(line for line in lines if line.lstrip().startswith("0 "))
+    row_b = next(line for line in lines if line.lstrip().startswith("1 "))
+    assert "bucket_mb=25" not in row_a and "bucket_mb=100" in row_b  # the differing knob is visible
+    assert "[top1]" in row_a and "0.90" in row_a and "1.20" in row_b
+    assert "error: CUDA out of memory" in text
+    assert "Confirmed winner: dp=2,mb=4,gpn=2,bucket_mb=100.0" in text
+    assert "25.0% below the best" in text
