@@ -21,10 +21,10 @@ RTOL = 1e-4
 
 TWO_RANK = {
     "dp": job(dp=2),
-    "dp_accum": job(dp=2, num_micro_batches=2),
+    "dp_accum_recompute": job(dp=2, num_micro_batches=2, recompute=True),
     "tp": job(tp=2),
-    "tp_sp": job(tp=2, sequence_parallel=True),
-    "pp_gpipe": job(pp=2, num_micro_batches=2, pp_schedule="gpipe"),
+    "tp_sp_recompute": job(tp=2, sequence_parallel=True, recompute=True),
+    "pp_gpipe_recompute": job(pp=2, num_micro_batches=2, pp_schedule="gpipe", recompute=True),
     "pp_1f1b": job(pp=2, num_micro_batches=4, pp_schedule="1f1b"),
     "pp_interleaved": job(pp=2, num_micro_batches=2, pp_schedule="interleaved", pp_virtual_stages=2),
     "zero1": job(dp=2, zero_stage=1),
