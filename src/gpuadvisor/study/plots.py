@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from ..trials.atomic import write_atomic
 from .results import StudyRow
+from .state import write_file
 
 STRATEGY_ORDER = ("single", "dp", "tp", "pp", "pp-4p", "zero1", "zero2", "zero3", "zero3-offload")
 COLORS = {"single": "#555555", "dp": "#1f77b4", "tp": "#d62728", "pp": "#2ca02c", "pp-4p": "#98df8a",
@@ -86,7 +86,7 @@ def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
-    write_atomic(path, buf.getvalue())
+    write_file(path, buf.getvalue())
 
 
 def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[float]]]], fmt: str = "{:.0f}",

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..trials.atomic import write_atomic
 from .plots import gpu_label, make_plots
 from .recommend import findings
 from .results import StudyRow
+from .state import write_file
 
 MIB = 2**20
 Block = tuple[str, Any]
@@ -208,8 +208,8 @@ def to_html(blocks: list[Block], out: Path) -> str:
 def write_report(out: Path, rows: list[StudyRow], meta: dict) -> list[str]:
     """Draw the plots (plus plots.json), then write report.md and report.html; returns the file names."""
     plots, data = make_plots(rows, out)
-    write_atomic(out / "plots.json", json.dumps(data, indent=1))
+    write_file(out / "plots.json", json.dumps(data, indent=1))
     blocks = build_blocks(rows, meta, plots)
-    write_atomic(out / "report.md", to_markdown(blocks))
-    write_atomic(out / "report.html", to_html(blocks, out))
+    write_file(out / "report.md", to_markdown(blocks))
+    write_file(out / "report.html", to_html(blocks, out))
     return plots + ["plots.json", "report.md", "report.html"]

@@ -18,9 +18,8 @@ from pydantic import Field
 from ..schemas import ComparisonSummary, ExperimentSummary, RunMetrics
 from ..schemas._base import Frozen
 from ..trainers.aggregate import compare, summarize
-from ..trials.atomic import write_atomic
 from .grid import Cell
-from .state import CellResult
+from .state import CellResult, write_file
 
 
 class StudyRow(Frozen):
@@ -155,6 +154,6 @@ def rows_csv(rows: list[StudyRow]) -> str:
 
 def write_results(out: Path, rows: list[StudyRow], meta: dict) -> None:
     """results.csv and results.json (rows plus the study's metadata), each written atomically."""
-    write_atomic(out / "results.csv", rows_csv(rows))
+    write_file(out / "results.csv", rows_csv(rows))
     payload = {"meta": meta, "columns": COLUMNS, "rows": [r.model_dump(mode="json") for r in rows]}
-    write_atomic(out / "results.json", json.dumps(payload, indent=1, default=str))
+    write_file(out / "results.json", json.dumps(payload, indent=1, default=str))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -52,6 +53,15 @@ class StudyState(Frozen):
     attempts: dict[str, int] = Field(default_factory=dict, description="Launches started per cell id")
     created_at: float
     version: str = __version__
+
+
+def write_file(path: Path, data: "str | bytes") -> Path:
+    """write_atomic (temp file, fsync, rename), then the usual permissions (mkstemp creates files 0600)."""
+    write_atomic(path, data)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+    return path
 
 
 def _h(obj: object) -> str:
@@ -101,7 +111,7 @@ class StudyDir:
         return state, old is not None
 
     def save(self, state: StudyState) -> None:
-        write_atomic(self.root / STATE, state.model_dump_json(indent=1))
+        write_file(self.root / STATE, state.model_dump_json(indent=1))
 
     def result(self, cell: Cell) -> Optional[CellResult]:
         """The finished result of `cell` if one exists for its key."""
@@ -114,5 +124,5 @@ class StudyDir:
 
     def save_result(self, cell: Cell, record: TrialRecord, attempts: int) -> CellResult:
         res = CellResult(id=cell.id, key=cell.key, record=record, finished_at=time.time(), attempts=attempts)
-        write_atomic(self.cells_dir / f"{cell.id}.json", res.model_dump_json(indent=1))
+        write_file(self.cells_dir / f"{cell.id}.json", res.model_dump_json(indent=1))
         return res
