@@ -101,3 +101,16 @@ def test_dry_run_cli_writes_nothing(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gpuadvisor", "study", "--models", TINY, "--strategies", "fsdp",
                           "--preset", "cpu-2ranks", "--dry-run"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown strategy" in bad.stderr
+
+
+def test_gpu_preset_on_a_cpu_host_is_refused_unless_dry_run(tmp_path):
+    """Trials run on this host: a GPU cluster description would give measurements that cannot match."""
+    import shutil
+    from pathlib import Path
+
+    if Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi"):
+        pytest.skip("this host has a GPU")
+    r = subprocess.run([sys.executable, "-m", "gpuadvisor", "study", "--models", TINY, "--preset", "a6000-4x-pcie",
+                        "--out", str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--dry-run" in r.stderr
+    assert not (tmp_path / "s").exists()
