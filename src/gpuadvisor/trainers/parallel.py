@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Optional
 
@@ -33,7 +33,6 @@ class Context:
     coords: dict[str, int]
     mesh: Optional[object] = None  # torch.distributed.device_mesh.DeviceMesh when the plan is multi-dimensional
     amp_dtype: Optional[torch.dtype] = None  # None = fp32
-    notes: list[str] = field(default_factory=list)
 
     @property
     def plan(self) -> Plan:
