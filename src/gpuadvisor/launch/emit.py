@@ -6,13 +6,12 @@ gpuadvisor (no marker line, not in the folder's manifest) is never overwritten.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 from pathlib import Path
 
 from .. import __version__
 from ..errors import UserError
+from ..trials.atomic import write_atomic
 from ..schemas.job import TrainerJob
 from ..schemas.launch import EnvVar, LaunchConfig
 from .build import DS_FILE, HOSTFILE, JOB_FILE
@@ -32,21 +31,6 @@ def _ours(path: Path, manifest: set[str]) -> bool:
             return MARKER in fh.read(4096)
     except OSError:
         return False
-
-
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` through a temp file in the same folder, fsync, rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _comment(text: str) -> str:
@@ -147,9 +131,9 @@ def emit(launch: LaunchConfig, job: TrainerJob, out_dir: Path) -> list[Path]:
                             "--emit directory")
     written = []
     for name, (text, mode) in files.items():
-        _write_atomic(out_dir / name, text, mode)
+        write_atomic(out_dir / name, text, mode)
         written.append(out_dir / name)
-    _write_atomic(manifest_path, json.dumps({"generator": f"gpuadvisor {__version__}",
+    write_atomic(manifest_path, json.dumps({"generator": f"gpuadvisor {__version__}",
                                              "files": sorted(manifest | set(files))}, indent=2) + "\n")
     return written
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -56,12 +55,8 @@ class StudyState(Frozen):
 
 
 def write_file(path: Path, data: "str | bytes") -> Path:
-    """write_atomic (temp file, fsync, rename), then the usual permissions (mkstemp creates files 0600)."""
-    write_atomic(path, data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-    return path
+    """Write a study file atomically (temp file, fsync, rename) with the usual permissions."""
+    return write_atomic(path, data)
 
 
 def _h(obj: object) -> str:

@@ -5,7 +5,7 @@ import fcntl
 import os
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 
 def _fsync_dir(path: Path) -> None:
@@ -20,13 +20,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Union[str, Path], data: Union[str, bytes]) -> Path:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would race with other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def write_atomic(path: Union[str, Path], data: Union[str, bytes], mode: Optional[int] = None) -> Path:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
+
+    The file gets `mode`, by default the usual 0666 minus the umask (mkstemp alone would leave 0600).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, (0o666 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
             fh.flush()
