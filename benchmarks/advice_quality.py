@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -106,6 +107,7 @@ def main(argv=None) -> int:
         print(f"cannot emulate nodes here: {why}", file=sys.stderr)
         return 2
     clean_stale()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: trials stop, namespaces are removed
     results: dict = {"settings": [], "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     out_path = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="gpa-bench-"))

@@ -58,7 +58,7 @@ def test_deadline_stops_every_node(emu, hosts, no_leftovers, tmp_path):
 
 
 def test_port_in_use_refused_before_launch(emu, hosts, no_leftovers, tmp_path):
-    code = ("import socket,sys,time; s=socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen();"
+    code = ("import socket,sys,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen();"
             "print('up', flush=True); time.sleep(60)")
     holder = spawn_on_node(hosts.nodes[0], [sys.executable, "-c", code, str(PORT)], stdout=subprocess.PIPE)
     try:

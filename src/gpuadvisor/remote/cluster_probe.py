@@ -157,7 +157,17 @@ def master_endpoint(cluster: Cluster, port: int) -> str:
 
 
 def _busbw(c: CollectiveCurve) -> float:
-    return c.busbw_gb_per_s or max(p.busbw_gb_per_s for p in c.points)
+    """Bus bandwidth of the largest message measured (the asymptote over the measured range).
+
+    Not the probe's fitted value: its fit weighs relative error, so on a token-bucket shaped or
+    bursty link the small messages (sent at burst speed) inflate it (50 Mbit/s tbf: fit 0.016 GB/s,
+    every message >= 64 KiB 0.006 GB/s)."""
+    return max(c.points, key=lambda p: p.size_bytes).busbw_gb_per_s
+
+
+def _latency_us(c: CollectiveCurve) -> float:
+    """Time of the smallest message, microseconds (a per-call latency that no fit can push to 0)."""
+    return min(c.points, key=lambda p: p.size_bytes).time_s * 1e6
 
 
 def _network_warnings(cluster: Cluster, bw_gb_per_s: float, gpu: bool) -> list[str]:
@@ -240,10 +250,7 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
         raise ProbeError(f"inter-node measurement produced no curves ({'; '.join(report.warnings) or 'no reason'})")
     bw = _busbw(ar) if ar is not None else _busbw(sr)  # type: ignore[arg-type]
     n = len(cluster.nodes)
-    if sr is not None and sr.alpha_us:
-        lat = sr.alpha_us
-    else:
-        lat = (ar.alpha_us or 50.0) / (2 * (n - 1)) if ar is not None else 50.0
+    lat = _latency_us(sr) if sr is not None else _latency_us(ar) / (2 * (n - 1))  # type: ignore[arg-type]
     speeds = [s for s in ((_nic_of(x) or Nic(name="?")).speed_gbit_per_s for x in cluster.nodes) if s]
     net = Network(bandwidth_gb_per_s=round(bw, 5), latency_us=round(lat, 2), protocol="tcp" if not gpu else "unknown",
                   link_speed_gbit_per_s=min(speeds) if speeds else None, nic=cluster.nodes[0].access.ifname,

@@ -31,7 +31,7 @@ from ..remote.preflight import preflight, require_ok
 from ..schemas import Estimate, TrainerJob, TrialRecord
 from ..schemas.hardware import Cluster, Node
 from .atomic import write_atomic
-from .classify import classify
+from .classify import classify, validate_metrics
 
 RECORD = "record.json"
 GUARD = Path(__file__).resolve().parent / "guard.py"
@@ -40,7 +40,7 @@ _FETCH = ("import glob,json,os,sys\nd=sys.argv[1]\nout={}\nfor p in"
           "    try: out[os.path.basename(p)]=open(p).read()\n    except OSError: pass\nprint(json.dumps(out))")
 _PUT = "import os,sys\np=sys.argv[1]\nos.makedirs(os.path.dirname(p),exist_ok=True)\nopen(p,'w').write(sys.stdin.read())"
 
-__all__ = ["run_trial_multinode", "multinode_commands", "RECORD"]
+__all__ = ["run_trial_multinode", "run_trial_on_cluster", "multinode_commands", "RECORD"]
 
 
 def _remote_fs(node: Node) -> bool:
@@ -166,7 +166,7 @@ def run_trial_multinode(job: TrainerJob, cluster: Cluster, out_dir: Union[str, P
     procs = start_group(commands, out, token, label="trial")
     try:
         failed, timed_out = wait_group(procs, time.monotonic() + remaining + grace_s + 5)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, SystemExit from a signal handler: leave nothing running on any node
         stop_group(procs, token, grace_s)
         raise
     left = stop_group(procs, token, grace_s) if (failed or timed_out) else finish_group(procs, token)
@@ -192,6 +192,13 @@ def _record(job: TrainerJob, out: Path, procs: list[NodeProc], failed: Optional[
     else:
         reason, code = "exited", (failed.returncode if failed else 0)
     outcome = classify(out, job, code, reason, tail)
+    late = None
+    if reason == "exited" and failed is not None and outcome.status == "crash" and not list(out.glob("error-rank*")):
+        metrics, _ = validate_metrics(out / "metrics.json", job)
+        if metrics is not None:  # every rank finished and rank 0 wrote valid metrics: a teardown abort
+            late = (f"note: node {describe(failed.node)} exited {failed.returncode} after the metrics were written "
+                    "(a rank aborted while tearing down the process group); the measurement stands")
+            outcome = outcome._replace(status="ok", error=None, metrics=metrics)
     error = outcome.error
     if died and failed is not None:
         error = (f"node {describe(failed.node)}: its processes were killed (signal {-(failed.returncode or 0)}) "
@@ -203,6 +210,8 @@ def _record(job: TrainerJob, out: Path, procs: list[NodeProc], failed: Optional[
             error = f"node {describe(failed.node)}: {error}"
         elif timed_out and error:
             error = f"all nodes: {error}"
+    if late:
+        error = late
     if left:
         error = f"{error or ''} (processes left: {left})".strip()
     metrics = outcome.metrics if status == "ok" else None
@@ -213,3 +222,18 @@ def _record(job: TrainerJob, out: Path, procs: list[NodeProc], failed: Optional[
         measured_tokens_per_s=metrics.summary.throughput_tokens_per_s if metrics else None,
         measured_peak_memory_bytes=metrics.summary.peak_memory_bytes if metrics else None,
         error=error, error_file=outcome.error_file, duration_s=round(time.monotonic() - start, 3), metrics=metrics)
+
+
+def run_trial_on_cluster(job: TrainerJob, cluster: Cluster, out_dir: Union[str, Path], *, timeout_s: float,
+                         port: int = 29540, **kwargs) -> TrialRecord:
+    """The study's dispatcher: plans on one local node go to the single-host `runner.run_trial`; plans that
+    use several nodes, or a node reached through ssh/slurm/prefix, go to `run_trial_multinode`.
+
+    kwargs: trial_id, study, grace_s, estimate, env, trainer_module (both runners), launcher (single-host).
+    """
+    if job.plan.nodes == 1 and cluster.nodes[0].access.method == "local":
+        from .runner import run_trial
+
+        return run_trial(job, out_dir, timeout_s=timeout_s, nproc=job.plan.devices_per_node, **kwargs)
+    kwargs.pop("launcher", None)
+    return run_trial_multinode(job, cluster, out_dir, timeout_s=timeout_s, port=port, **kwargs)
