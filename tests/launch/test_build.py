@@ -94,7 +94,7 @@ def test_zero3_offload_deepspeed_json(one_node):
     z = ds["zero_optimization"]
     assert z["stage"] == 3 and z["overlap_comm"] is True and z["contiguous_gradients"] is True
     assert z["reduce_bucket_size"] == plan.zero_reduce_bucket_size
-    assert z["allgather_bucket_size"] == plan.zero_allgather_bucket_size
+    assert z["stage3_prefetch_bucket_size"] == plan.zero_allgather_bucket_size and "allgather_bucket_size" not in z
     assert z["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert z["offload_param"] == {"device": "cpu", "pin_memory": True}
     assert z["zero_hpz_partition_size"] == 2

@@ -28,10 +28,13 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
     zero: dict[str, Any] = {
         "stage": plan.zero_stage,
         "reduce_bucket_size": plan.zero_reduce_bucket_size,
-        "allgather_bucket_size": plan.zero_allgather_bucket_size,
         "overlap_comm": plan.zero_overlap_comm,
         "contiguous_gradients": True,
     }
+    # stages 1/2 all-gather updated partitions in allgather_bucket_size chunks; stage 3 prefetches
+    # parameters in stage3_prefetch_bucket_size chunks (DeepSpeed runtime/zero/config.py)
+    zero["stage3_prefetch_bucket_size" if plan.zero_stage == 3 else "allgather_bucket_size"] = \
+        plan.zero_allgather_bucket_size
     if plan.zero_hpz_partition_size > 1:
         zero["zero_hpz_partition_size"] = plan.zero_hpz_partition_size
     if plan.zero_offload:

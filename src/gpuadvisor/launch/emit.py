@@ -33,6 +33,9 @@ def _ours(path: Path, manifest: set[str]) -> bool:
         return False
 
 
+PREBUILD_DEEPSPEED = "from gpuadvisor.trainers import ensure_deepspeed_ops; ensure_deepspeed_ops()"
+
+
 def _comment(text: str) -> str:
     """A one-line shell comment (newlines in user-given names cannot escape it)."""
     return "# " + " ".join(text.split())
@@ -73,6 +76,10 @@ def launch_sh(launch: LaunchConfig) -> str:
         if nl.numa_binding:
             lines.append("    " + _comment(f"NUMA: {nl.numa_binding}"))
         lines += _exports(nl.env, "    ")
+        if launch.plan.zero_stage:
+            lines += ["    " + _comment("build DeepSpeed's JIT op once before the ranks start (two ranks building "
+                                         "it at once can crash)"),
+                      f"    python3 -c {shlex.quote(PREBUILD_DEEPSPEED)}"]
         lines.append(f"    exec {shlex.join(nl.argv)}")
         lines.append("    ;;")
     lines += ["  *)", f'    echo "launch.sh: NODE_RANK must be 0..{n - 1}, got $NODE_RANK" >&2', "    exit 2",

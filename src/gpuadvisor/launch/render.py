@@ -14,7 +14,8 @@ def _ds_summary(cfg: dict) -> str:
     return (f"ZeRO stage {z.get('stage')}{' offload ' + '+'.join(offload) + ' to cpu' if offload else ''}; "
             f"train_batch_size {cfg['train_batch_size']} = micro {cfg['train_micro_batch_size_per_gpu']} x GAS "
             f"{cfg['gradient_accumulation_steps']} x dp; {prec}; buckets reduce "
-            f"{z.get('reduce_bucket_size'):,} / allgather {z.get('allgather_bucket_size'):,} elements")
+            f"{z.get('reduce_bucket_size'):,} / all-gather "
+            f"{z.get('allgather_bucket_size', z.get('stage3_prefetch_bucket_size')):,} elements")
 
 
 def render_launch(launch: LaunchConfig) -> str:

@@ -1,7 +1,7 @@
 """The trainer's input file: `python -m gpuadvisor.trainers --plan job.json --steps N --out DIR`."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Optional
 
 from pydantic import Field
 
@@ -23,3 +23,5 @@ class TrainerJob(Frozen):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     init_timeout_s: float = Field(120.0, gt=0, description="init_process_group timeout for trials")
     lr: float = 1e-4
+    deepspeed_config: Optional[dict[str, Any]] = Field(
+        None, description="DeepSpeed JSON to start from (--ds-config); None = built from the plan")

@@ -148,12 +148,18 @@ def run_jobs(pairs: list[tuple[TrainerJob, Path]]) -> int:
         teardown()
 
 
-def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = None) -> TrainerJob:
-    """Read a TrainerJob JSON, applying --steps/--warmup overrides; ValueError with the reason if invalid."""
+def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = None,
+             ds_config: Optional[str] = None) -> TrainerJob:
+    """Read a TrainerJob JSON, applying --steps/--warmup/--ds-config overrides; ValueError with the reason if invalid."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read trainer job '{path}': {exc}") from None
+    if ds_config is not None:
+        try:
+            data["deepspeed_config"] = json.loads(Path(ds_config).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read DeepSpeed config '{ds_config}': {exc}") from None
     if steps is not None:
         data["steps"] = steps
     if warmup is not None:
@@ -171,6 +177,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--steps", type=int, help="timed optimizer steps (overrides the job)")
     ap.add_argument("--warmup", type=int, help="untimed warm-up steps (overrides the job)")
     ap.add_argument("--out", required=True, help="output folder for metrics.json / error-rank<r>.json")
+    ap.add_argument("--ds-config", help="DeepSpeed JSON for ZeRO plans (default: built from the plan)")
     ap.add_argument("--also", nargs=2, action="append", default=[], metavar=("JOB", "DIR"),
                     help="run another job (same world size) in this launch afterwards, writing to DIR")
     args = ap.parse_args(argv)
@@ -179,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.also:
         try:
-            pairs = [(load_job(args.plan, args.steps, args.warmup), out)]
+            pairs = [(load_job(args.plan, args.steps, args.warmup, args.ds_config), out)]
             pairs += [(load_job(j, args.steps, args.warmup), Path(d)) for j, d in args.also]
         except ValueError as exc:
             write_error(out, rank, exc)
@@ -187,7 +194,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return EXIT_CODES["exception"]
         return run_jobs(pairs)
     try:
-        job = load_job(args.plan, args.steps, args.warmup)
+        job = load_job(args.plan, args.steps, args.warmup, args.ds_config)
         train(job, out)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for the trial runner

@@ -37,39 +37,31 @@ def ensure_deepspeed_ops() -> None:
 
 
 def deepspeed_config(ctx: Context) -> dict:
-    """The DeepSpeed JSON config of a plan (also what `launch` would hand to users)."""
-    p = ctx.plan
-    zero: dict = {
-        "stage": p.zero_stage,
-        "reduce_bucket_size": p.zero_reduce_bucket_size,
-        "overlap_comm": p.zero_overlap_comm,
-        "contiguous_gradients": True,
-    }
-    if p.zero_stage == 3:
-        zero["stage3_prefetch_bucket_size"] = p.zero_allgather_bucket_size
-        if p.zero_hpz_partition_size > 1:
-            zero["zero_hpz_partition_size"] = p.zero_hpz_partition_size
-    else:
-        zero["allgather_bucket_size"] = p.zero_allgather_bucket_size
-    if p.zero_offload:
-        zero["offload_optimizer"] = {"device": "cpu"}
-        if p.zero_stage == 3:
-            zero["offload_param"] = {"device": "cpu"}
-    cfg: dict = {
-        "train_micro_batch_size_per_gpu": p.micro_batch_size,
-        "gradient_accumulation_steps": p.num_micro_batches,
-        "train_batch_size": p.global_batch(),
-        "gradient_clipping": 0.0,
+    """The DeepSpeed config of this run: the job's (--ds-config) or launch's JSON for the plan, plus what
+    the bundled trainer needs (its optimizer section, precision by device, no clipping unless the file sets it).
+
+    `gpuadvisor.launch.deepspeed.deepspeed_config` is the one place the plan -> JSON mapping lives; the
+    emitted ds_config.json is what this function starts from.
+    """
+    from ...launch.deepspeed import deepspeed_config as plan_config
+
+    base = ctx.job.deepspeed_config
+    cfg = dict(base) if base is not None else plan_config(ctx.plan, ctx.job.workload, gradient_clipping=0.0)
+    cfg.update({
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
-        "zero_optimization": zero,
-        "bf16": {"enabled": ctx.amp_dtype == torch.bfloat16},
+        "bf16": {"enabled": ctx.amp_dtype == torch.bfloat16},  # fp32 on CPU whatever the workload asks
         "fp16": {"enabled": ctx.amp_dtype == torch.float16},
         "zero_allow_untested_optimizer": True,
         "zero_force_ds_cpu_optimizer": False,
-    }
+    })
+    if not ctx.is_cuda:  # pinned host memory needs CUDA
+        zero = cfg["zero_optimization"] = dict(cfg.get("zero_optimization", {}))
+        for key in ("offload_optimizer", "offload_param"):
+            if key in zero:
+                zero[key] = {**zero[key], "pin_memory": False}
     kind = ctx.job.workload.training.optimizer
-    if kind in ("adam", "adamw"):
+    if kind in ("adam", "adamw") and "optimizer" not in cfg:
         cfg["optimizer"] = {"type": "AdamW" if kind == "adamw" else "Adam", "params": {
             "lr": ctx.job.lr, "betas": [0.9, 0.999], "eps": 1e-8,
             "weight_decay": 0.01 if kind == "adamw" else 0.0,
