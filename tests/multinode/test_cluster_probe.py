@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from gpuadvisor.errors import UserError
-from gpuadvisor.remote.cluster_probe import _network_warnings, probe_cluster, rdzv_host_args, socket_env
+from gpuadvisor.launch.build import rdzv_host_args
+from gpuadvisor.remote.cluster_probe import _network_warnings, probe_cluster, socket_env
 from gpuadvisor.schemas.hardware import Cluster, Device, Network, Nic, Node, NodeAccess
 
 

@@ -18,7 +18,7 @@ def test_world_size_mismatch_is_a_clear_error(tmp_path):
     proc = launch(tmp_path, {"dp": job(dp=2)}, nproc=1)
     assert proc.returncode == 1
     (err,) = errors(tmp_path / "dp")
-    assert err["rank"] == 0 and err["kind"] == "exception" and err["type"] == "ValueError"
+    assert err["rank"] == 0 and err["cause"] == "exception" and err["type"] == "ValueError"
     assert "torchrun --nproc-per-node 2" in err["message"]
     assert not (tmp_path / "dp" / "metrics.json").exists()
 
@@ -65,4 +65,4 @@ def test_comm_hooks_resnet_ddp_and_bf16_refusal(tmp_path):
     assert resnet.summary.total_tokens == 4
     errs = errors(tmp_path / "bf16")
     assert [e["rank"] for e in errs] == [0, 1]
-    assert all(e["kind"] == "exception" and "NCCL" in e["message"] for e in errs)
+    assert all(e["cause"] == "exception" and "NCCL" in e["message"] for e in errs)

@@ -73,14 +73,28 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
                       warmup=warmup, lr=lr)
 
 
-def _torchrun(plan: Plan, rank: int, n_nodes: int, endpoint: str, rid: str, numa: bool,
+def rdzv_host_args(node: Node, node_rank: int) -> list[str]:
+    """`--rdzv-conf is_host=...` and `--local-addr` for a multi-node c10d rendezvous.
+
+    Node 0 hosts the c10d store. torchrun's own guess compares the endpoint with the hostname's
+    addresses and misses secondary interfaces and network namespaces: every node then acts as a client
+    and the rendezvous times out (seen on the emulated cluster of tests/multinode).
+    """
+    argv = ["--rdzv-conf", f"is_host={'true' if node_rank == 0 else 'false'}"]
+    if node.access.address:
+        argv += ["--local-addr", node.access.address]
+    return argv
+
+
+def _torchrun(plan: Plan, node: Node, rank: int, n_nodes: int, endpoint: str, rid: str, numa: bool,
               trainer_args: list[str]) -> list[str]:
     """The torchrun argument list of one node."""
     argv = ["torchrun", "--nnodes", str(n_nodes), "--nproc-per-node", str(plan.devices_per_node)]
     if n_nodes == 1:
         argv.insert(1, "--standalone")
     else:
-        argv += ["--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rid]
+        argv += ["--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rid,
+                 *rdzv_host_args(node, rank)]
     if numa:
         argv += ["--numa-binding", "node"]
     return argv + ["--max-restarts", "0", "-m", TRAINER_MODULE, *trainer_args]
@@ -136,7 +150,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         numa = numa_binding(used, node) if used[0].kind == "gpu" else None
         launches.append(NodeLaunch(
             node=node.name, node_rank=rank, numa_binding=numa,
-            argv=_torchrun(plan, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
+            argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
             env=node_env(node, used, plan, cluster, multi)))
     notes = placement_notes(plan, [n.name for n in nodes])
     lr = _lr_note(plan, workload)

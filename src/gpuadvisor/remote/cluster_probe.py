@@ -20,6 +20,7 @@ from typing import Optional
 from pydantic import Field, ValidationError
 
 from ..errors import UserError
+from ..launch.build import rdzv_host_args
 from ..hardware.build import cluster_from_probe
 from ..paths import probes_dir
 from ..probe.measure import ProbeError, parse_probe_output
@@ -139,15 +140,6 @@ def socket_env(node: Node, gpu: bool) -> dict[str, str]:
         if gpu:
             env["NCCL_SOCKET_IFNAME"] = node.access.ifname
     return env
-
-
-def rdzv_host_args(node: Node, node_rank: int) -> list[str]:
-    """`--rdzv-conf is_host=...` (node 0 hosts the c10d store: torchrun's own guess compares the endpoint
-    with the hostname's addresses and misses secondary interfaces and namespaces) and `--local-addr`."""
-    argv = ["--rdzv-conf", f"is_host={'true' if node_rank == 0 else 'false'}"]
-    if node.access.address:
-        argv += ["--local-addr", node.access.address]
-    return argv
 
 
 def master_endpoint(cluster: Cluster, port: int) -> str:

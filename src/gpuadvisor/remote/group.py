@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,11 +81,18 @@ def start_group(commands: Sequence[tuple[Node, Sequence[str], Mapping[str, str]]
     return procs
 
 
-def wait_group(procs: list[NodeProc], deadline: float, poll_s: float = 0.1) -> tuple[Optional[NodeProc], bool]:
+class Cancelled(Exception):
+    """The wait was cancelled from another thread (a UI's cancel button)."""
+
+
+def wait_group(procs: list[NodeProc], deadline: float, poll_s: float = 0.1,
+               cancel: Optional[threading.Event] = None) -> tuple[Optional[NodeProc], bool]:
     """Wait until every command exited 0, one failed, or the monotonic deadline passed.
 
-    Returns (the first node whose command failed or None, timed_out)."""
+    Returns (the first node whose command failed or None, timed_out). Raises `Cancelled` once `cancel` is set."""
     while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled")
         now = time.monotonic()
         for np_ in procs:
             if np_.returncode is None:

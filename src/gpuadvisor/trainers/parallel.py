@@ -119,7 +119,16 @@ def setup(job: TrainerJob) -> Context:
     return ctx
 
 
-def teardown() -> None:
-    """Destroy the process group if one exists (called in `finally`)."""
+def teardown(clean: bool = False) -> None:
+    """Destroy the process group if one exists (called in `finally`).
+
+    After a clean run the ranks first meet at a barrier: a gloo rank that destroys its group while a
+    peer is still sending can abort (SIGABRT) after the metrics were written.
+    """
     if dist.is_available() and dist.is_initialized():
+        if clean:
+            try:
+                dist.barrier()
+            except Exception:  # a peer already failed: tear down anyway
+                pass
         dist.destroy_process_group()

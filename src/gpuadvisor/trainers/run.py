@@ -55,10 +55,10 @@ def classify(exc: BaseException) -> str:
 
 
 def write_error(out: Path, rank: int, exc: BaseException) -> str:
-    """DIR/error-rank<r>.json: {rank, kind, type, message, traceback, hostname, pid}; returns the kind."""
+    """DIR/error-rank<r>.json: {rank, cause, type, message, traceback, hostname, pid}; returns the kind."""
     kind = classify(exc)
     record = {
-        "rank": rank, "kind": kind, "type": type(exc).__name__, "message": str(exc),
+        "rank": rank, "cause": kind, "type": type(exc).__name__, "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         "hostname": socket.gethostname(), "pid": os.getpid(),
     }
@@ -133,6 +133,7 @@ def run_jobs(pairs: list[tuple[TrainerJob, Path]]) -> int:
     from .parallel import teardown
 
     rank = int(os.environ.get("RANK", "0"))
+    clean = False
     try:
         for job, out in pairs:
             try:
@@ -143,9 +144,10 @@ def run_jobs(pairs: list[tuple[TrainerJob, Path]]) -> int:
                 traceback.print_exc()
                 return EXIT_CODES[kind]
             gc.collect()
+        clean = True
         return 0
     finally:
-        teardown()
+        teardown(clean)
 
 
 def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = None,
@@ -193,9 +195,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"[rank {rank}] exception: {exc}", flush=True)
             return EXIT_CODES["exception"]
         return run_jobs(pairs)
+    clean = False
     try:
         job = load_job(args.plan, args.steps, args.warmup, args.ds_config)
         train(job, out)
+        clean = True
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for the trial runner
         if isinstance(exc, SystemExit) and exc.code in (0, None):
@@ -207,4 +211,4 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         from .parallel import teardown
 
-        teardown()
+        teardown(clean)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,13 +26,13 @@ from typing import Mapping, Optional, Union
 from ..errors import UserError
 from ..launch.build import TRAINER_MODULE, build_launch
 from ..remote.access import describe, node_python, run_on_node
-from ..remote.cluster_probe import rdzv_host_args
-from ..remote.group import NodeProc, finish_group, node_token, start_group, stop_group, wait_group
+from ..remote.group import Cancelled, NodeProc, finish_group, node_token, start_group, stop_group, wait_group
 from ..remote.preflight import preflight, require_ok
 from ..schemas import Estimate, TrainerJob, TrialRecord
 from ..schemas.hardware import Cluster, Node
 from .atomic import write_atomic
 from .classify import classify, validate_metrics
+from .runner import TrialCancelled, run_trial
 
 RECORD = "record.json"
 GUARD = Path(__file__).resolve().parent / "guard.py"
@@ -67,8 +68,6 @@ def multinode_commands(job: TrainerJob, cluster: Cluster, out_dir: Path, *, port
         argv = list(nl.argv)
         cut = argv.index("-m") if "-m" in argv else len(argv)  # torchrun ... -m gpuadvisor.trainers <args>
         launcher = [node_python(node), "-m", "torch.distributed.run", *argv[1:cut]]
-        if len(launch.nodes) > 1:
-            launcher += rdzv_host_args(node, nl.node_rank)
         if "--rdzv-id" in launcher:  # a fresh rendezvous per trial
             k = launcher.index("--rdzv-id") + 1
             launcher[k] = f"{launcher[k]}-{token[:8]}"
@@ -129,7 +128,8 @@ def _root_cause(procs: list[NodeProc], failed: NodeProc) -> NodeProc:
 def run_trial_multinode(job: TrainerJob, cluster: Cluster, out_dir: Union[str, Path], *, timeout_s: float,
                         port: int = 29540, trial_id: Optional[str] = None, study: str = "", grace_s: float = 5.0,
                         estimate: Optional[Estimate] = None, env: Optional[Mapping[str, str]] = None,
-                        check: bool = True, trainer_module: str = TRAINER_MODULE) -> TrialRecord:
+                        check: bool = True, trainer_module: str = TRAINER_MODULE,
+                        cancel: Optional[threading.Event] = None) -> TrialRecord:
     """Run `job` across the nodes its plan uses and return its classified TrialRecord (also out_dir/record.json).
 
     Args:
@@ -140,6 +140,7 @@ def run_trial_multinode(job: TrainerJob, cluster: Cluster, out_dir: Union[str, P
         port: the c10d rendezvous port on node 0.
         env: extra variables for every node (override the launch config's).
         check: run pre-flight first (reachability, versions, port free, interfaces); raises UserError.
+        cancel: when set from another thread, every node is stopped and TrialCancelled is raised.
 
     A node failing stops all nodes; afterwards no process of the trial is left on any node (the
     record's error lists survivors if some could not be stopped). Status as the single-host runner:
@@ -165,7 +166,10 @@ def run_trial_multinode(job: TrainerJob, cluster: Cluster, out_dir: Union[str, P
     remaining = max(1.0, timeout_s - (time.monotonic() - start))
     procs = start_group(commands, out, token, label="trial")
     try:
-        failed, timed_out = wait_group(procs, time.monotonic() + remaining + grace_s + 5)
+        failed, timed_out = wait_group(procs, time.monotonic() + remaining + grace_s + 5, cancel=cancel)
+    except Cancelled:
+        stop_group(procs, token, grace_s)
+        raise TrialCancelled("trial cancelled") from None
     except BaseException:  # Ctrl-C, SystemExit from a signal handler: leave nothing running on any node
         stop_group(procs, token, grace_s)
         raise
@@ -229,11 +233,9 @@ def run_trial_on_cluster(job: TrainerJob, cluster: Cluster, out_dir: Union[str, 
     """The study's dispatcher: plans on one local node go to the single-host `runner.run_trial`; plans that
     use several nodes, or a node reached through ssh/slurm/prefix, go to `run_trial_multinode`.
 
-    kwargs: trial_id, study, grace_s, estimate, env, trainer_module (both runners), launcher (single-host).
+    kwargs: trial_id, study, grace_s, estimate, env, trainer_module, cancel (both runners), launcher (single-host).
     """
     if job.plan.nodes == 1 and cluster.nodes[0].access.method == "local":
-        from .runner import run_trial
-
         return run_trial(job, out_dir, timeout_s=timeout_s, nproc=job.plan.devices_per_node, **kwargs)
     kwargs.pop("launcher", None)
     return run_trial_multinode(job, cluster, out_dir, timeout_s=timeout_s, port=port, **kwargs)

@@ -22,7 +22,8 @@ from ..paths import user_data_dir
 from ..schemas import Cluster, TrainerJob, Workload
 from .atomic import write_atomic
 from .progress import ProgressArg, make_progress
-from .runner import Launcher, TrialCancelled, reap_stale, run_trial
+from .multinode import run_trial_on_cluster
+from .runner import Launcher, TrialCancelled, reap_stale
 from .schemas import ConfirmResult, TrialRow
 from .space import DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next, trial_status
 from .store import MeasurementStore, rows_from_trial
@@ -258,9 +259,9 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
         timeout = min(_trial_timeout(est, steps, warmup, trial_timeout_s), max(MIN_TRIAL_S, remaining))
         try:
             with _Heartbeat(st, trial._trial_id):
-                rec = run_trial(job, out_dir, timeout_s=timeout, nproc=est.plan.devices_per_node,
-                                trainer_module=trainer_module, env=trial_env, trial_id=trial_id, study=name,
-                                grace_s=grace_s, estimate=est, launcher=launcher, cancel=cancel)
+                rec = run_trial_on_cluster(job, cluster, out_dir, timeout_s=timeout, trainer_module=trainer_module,
+                                           env=trial_env, trial_id=trial_id, study=name, grace_s=grace_s,
+                                           estimate=est, launcher=launcher, cancel=cancel)
         except (KeyboardInterrupt, TrialCancelled) as exc:
             trial.set_user_attr("status_note", "stale: interrupted")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
