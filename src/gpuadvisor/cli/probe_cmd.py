@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the measuring probes (collectives, GEMM, copies; needs torch)")
     p.add_argument("--quick", action="store_true", help="with --measure: fewer sizes and repeats")
+    p.add_argument("--cluster", metavar="HOSTS",
+                   help="probe every node of a hosts/cluster file through its access (ssh, slurm, prefix) and merge")
+    p.add_argument("--port", type=int, default=29530, help="with --cluster --measure: rendezvous port on node 0")
     p.add_argument("--sysfs-root", metavar="DIR", default="/", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--cpu-ranks must be at least 1, got {args.cpu_ranks}")
     if args.cpu_ranks is not None and not args.save:
         raise UserError("--cpu-ranks only applies with --save FILE; add --save or drop --cpu-ranks")
+    if args.cluster:
+        return _run_cluster(args)
     topo_text = _read_topo(args.topo_file) if args.topo_file else None
     build = save = None
     if args.save:  # check the feature before spending time on probes
@@ -114,4 +119,34 @@ def run(args: argparse.Namespace) -> int:
         cluster = build(report, cpu_ranks=args.cpu_ranks, measured=measured)
         path = save(cluster, args.save)
         print(f"saved cluster to {path or args.save}", file=sys.stderr)
+    return 0
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """`probe --cluster HOSTS`: pre-flight, inventory of every node, optional inter-node measurement."""
+    from ..hardware.cluster_file import load_cluster, save_cluster
+    from ..remote.cluster_probe import internode_measurement, probe_cluster, with_network
+    from ..remote.preflight import preflight, require_ok
+    from .render import describe_cluster
+
+    if args.topo_file or args.cpu_ranks is not None:
+        raise UserError("--topo-file and --cpu-ranks describe this host; with --cluster put them in the hosts file")
+    hosts = load_cluster(args.cluster)
+    require_ok(preflight(hosts, port=args.port if args.measure and len(hosts.nodes) > 1 else None))
+    cluster = probe_cluster(hosts)
+    warnings: list[str] = []
+    if args.measure and len(cluster.nodes) > 1:
+        m = internode_measurement(cluster, port=args.port, quick=args.quick)
+        cluster, warnings = with_network(cluster, m), list(m.warnings)
+    if args.json:
+        print(cluster.model_dump_json(indent=2))
+    else:
+        print(describe_cluster(cluster))
+        for node in cluster.nodes:
+            devs = ", ".join(sorted({d.name for d in node.devices})) or "no devices"
+            print(f"  {node.name}: {len(node.devices)} x {devs}; {len(node.nics)} NIC(s); access {node.access.method}")
+        for line in [*cluster.notes, *warnings]:
+            print(f"  - {line}")
+    if args.save:
+        print(f"saved cluster to {save_cluster(cluster, args.save)}", file=sys.stderr)
     return 0
