@@ -46,18 +46,26 @@ class DefaultPlanner:
     def __init__(self, cluster: Cluster, workload: Workload, correction: Any = None, objective: str = "throughput"):
         self.cluster, self.workload, self.correction, self.objective = cluster, workload, correction, objective
 
+    def _runnable(self, plan: Plan) -> bool:
+        """Can the bundled trainers run this plan on this cluster's devices?"""
+        from ..trainers.support import unsupported_reason
+
+        cuda = self.cluster.nodes[0].devices[0].kind == "gpu"
+        return unsupported_reason(plan, self.workload, cuda=cuda) is None
+
     def estimates(self) -> list[Estimate]:
         from ..candidates import enumerate_plans
         from ..costmodel.combine import estimate
 
         return [estimate(p, self.cluster, self.workload, correction=self.correction)
-                for p in enumerate_plans(self.cluster, self.workload)]
+                for p in enumerate_plans(self.cluster, self.workload) if self._runnable(p)]
 
     def top(self, k: int) -> list[Estimate]:
         from ..ranking import rank
 
-        return list(rank(self.cluster, self.workload, top=k, correction=self.correction,
-                         objective=self.objective).top)[:k]
+        ranked = rank(self.cluster, self.workload, top=max(4 * k, 20), correction=self.correction,
+                      objective=self.objective).top
+        return [e for e in ranked if self._runnable(e.plan)][:k]
 
 
 def _h(obj: Any) -> str:

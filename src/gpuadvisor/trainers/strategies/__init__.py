@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from ..parallel import Context
+from ..support import unsupported_reason
 from .base import Strategy
 
 
 def build_strategy(ctx: Context) -> Strategy:
     """ZeRO if zero_stage > 0, else pipeline (PP, PP x DP), tensor (TP, TP x DP), DDP, or single device."""
     p = ctx.plan
-    if p.tp > 1 and p.pp > 1:
-        raise ValueError("the bundled trainers do not combine tp > 1 with pp > 1; use TP x DP or PP x DP")
+    why = unsupported_reason(p, ctx.job.workload, cuda=ctx.is_cuda)
+    if why:
+        raise ValueError(why)
     if p.zero_stage:
         from .zero import Zero
         return Zero(ctx)
