@@ -1,4 +1,4 @@
 """Candidate enumeration: every valid dp·tp·pp·ZeRO plan with its knobs for a cluster and workload."""
-from .enumerate import SearchSpace, divisors, enumerate_plans
+from .enumerate import COLUMNS, SearchSpace, divisors, enumerate_plans, enumerate_rows, row_plan
 
-__all__ = ["SearchSpace", "divisors", "enumerate_plans"]
+__all__ = ["COLUMNS", "SearchSpace", "divisors", "enumerate_plans", "enumerate_rows", "row_plan"]

@@ -57,6 +57,62 @@ def _micro_batches(per_replica: int, max_mb: int) -> list[int]:
     return keep or [1]
 
 
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+HOOKS = ("none", "fp16", "bf16", "powersgd")
+ORDERS = ("tp-dp-pp", "tp-pp-dp")
+# one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
+COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
+           "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
+           "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "global_batch")
+
+
+def row_plan(row: Sequence) -> Plan:
+    """The validated Plan of one enumeration row (codes for schedule, hook and mesh order decoded)."""
+    f = dict(zip(COLUMNS, row))
+    f.pop("global_batch")
+    for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
+              "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node"):
+        f[k] = int(f[k])
+    for k in ("zero_offload", "recompute", "sequence_parallel"):
+        f[k] = bool(f[k])
+    f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
+    f["comm_hook"] = HOOKS[int(f["comm_hook"])]
+    f["mesh_order"] = ORDERS[int(f["mesh_order"])]
+    f["ddp_bucket_mb"] = float(f["ddp_bucket_mb"])
+    return Plan(**f)
+
+
+def _batches(workload: Workload, sp: SearchSpace, allow_batch_change: bool | None) -> list[tuple[int, Workload]]:
+    abc = workload.training.allow_batch_change if allow_batch_change is None else allow_batch_change
+    gb0 = workload.training.global_batch
+    batches = list(sp.batch_choices) or ([gb0] + ([gb0 * 2] + ([gb0 // 2] if gb0 % 2 == 0 else []) if abc else []))
+    return [(gb, workload if gb == gb0 else workload.model_copy(update={
+        "training": workload.training.model_copy(update={"global_batch": gb})})) for gb in batches]
+
+
+def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices: bool = True,
+                   allow_tp_across_nodes: bool = False, allow_comm_hooks: bool = False,
+                   allow_batch_change: bool | None = None, space: SearchSpace | None = None) -> list[tuple]:
+    """Every candidate as a row of COLUMNS (no pydantic objects: the batch cost model's input).
+
+    Same candidates, same order as `enumerate_plans`; every row is a valid plan (tests check both).
+    """
+    sp = space or SearchSpace()
+    sp.allow_fewer_devices = allow_fewer_devices
+    sp.allow_tp_across_nodes = allow_tp_across_nodes or sp.allow_tp_across_nodes
+    sp.allow_comm_hooks = allow_comm_hooks or sp.allow_comm_hooks
+    transformer = workload.model.kind == "transformer"
+    n_nodes, gpn_max = len(cluster.nodes), min(cluster.devices_per_node)
+    node_counts = _counts(n_nodes) if sp.allow_fewer_devices else [n_nodes]
+    gpn_counts = _counts(gpn_max) if sp.allow_fewer_devices else [gpn_max]
+    rows: list[tuple] = []
+    for _, wl in _batches(workload, sp, allow_batch_change):
+        for nodes in node_counts:
+            for gpn in gpn_counts:
+                _for_world(rows, wl, sp, nodes, gpn, transformer)
+    return rows
+
+
 def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices: bool = True,
                     allow_tp_across_nodes: bool = False, allow_comm_hooks: bool = False,
                     allow_batch_change: bool | None = None, space: SearchSpace | None = None) -> Iterator[Plan]:
@@ -64,28 +120,22 @@ def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices
 
     `allow_batch_change` (default: the workload's setting) also tries global batches of 1/2× and 2×.
     """
-    sp = space or SearchSpace()
-    sp.allow_fewer_devices = allow_fewer_devices
-    sp.allow_tp_across_nodes = allow_tp_across_nodes or sp.allow_tp_across_nodes
-    sp.allow_comm_hooks = allow_comm_hooks or sp.allow_comm_hooks
-    abc = workload.training.allow_batch_change if allow_batch_change is None else allow_batch_change
-    gb0 = workload.training.global_batch
-    batches = list(sp.batch_choices) or ([gb0] + ([gb0 * 2] + ([gb0 // 2] if gb0 % 2 == 0 else []) if abc else []))
-    model = workload.model
-    transformer = model.kind == "transformer"
-    n_nodes, gpn_max = len(cluster.nodes), min(cluster.devices_per_node)
-    node_counts = _counts(n_nodes) if sp.allow_fewer_devices else [n_nodes]
-    gpn_counts = _counts(gpn_max) if sp.allow_fewer_devices else [gpn_max]
-    for gb in batches:
-        wl = workload if gb == gb0 else workload.model_copy(update={
-            "training": workload.training.model_copy(update={"global_batch": gb})})
-        for nodes in node_counts:
-            for gpn in gpn_counts:
-                yield from _for_world(wl, sp, nodes, gpn, transformer)
+    rows = enumerate_rows(cluster, workload, allow_fewer_devices=allow_fewer_devices,
+                          allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
+                          allow_batch_change=allow_batch_change, space=space)
+    wls = {gb: wl for gb, wl in _batches(workload, space or SearchSpace(), allow_batch_change)}
+    for row in rows:
+        try:
+            plan = row_plan(row)
+            check_plan_for(plan, wls.get(row[-1]) or workload.model_copy(update={
+                "training": workload.training.model_copy(update={"global_batch": int(row[-1])})}))
+        except ValueError:
+            continue
+        yield plan
 
 
-def _for_world(wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool) -> Iterator[Plan]:
-    """Plans on exactly nodes × gpn devices."""
+def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool) -> None:
+    """Rows on exactly nodes × gpn devices."""
     world = nodes * gpn
     m_ = wl.model
     gb = wl.training.global_batch
@@ -102,42 +152,38 @@ def _for_world(wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer:
             dp = world // (tp * pp)
             if gb % dp:
                 continue
-            yield from _for_degrees(wl, sp, nodes, gpn, dp, tp, pp)
+            _for_degrees(rows, wl, sp, nodes, gpn, dp, tp, pp)
 
 
-def _for_degrees(wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int, pp: int) -> Iterator[Plan]:
-    """Plans for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order."""
+def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int, pp: int) -> None:
+    """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order."""
     t = wl.training
-    per_replica = t.global_batch // dp
-    orders = ("tp-dp-pp", "tp-pp-dp") if (dp > 1 and pp > 1) else ("tp-dp-pp",)
+    gb = t.global_batch
+    per_replica = gb // dp
+    orders = (0, 1) if (dp > 1 and pp > 1) else (0,)
     recomputes = (False, True) if t.allow_recompute and wl.model.kind == "transformer" else (False,)
-    sps = (False, True) if tp > 1 else (False,)
+    sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else ((0, False),)
-    base = dict(dp=dp, tp=tp, pp=pp, nodes=nodes, devices_per_node=gpn)
+    knobs = {z: list(_knobs(sp, dp, z, nodes, gpn)) for z in {z for z, _ in zeros}}
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
             if zero and dp == 1 and not off:
                 continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU)
+            scheds = list(_schedules(pp, m, wl.model.n_layers, sp))
             if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off):
-                sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + 1
+                # count every plan the bound removes (not one per micro-batch/ZeRO choice)
+                cut = len(scheds) * len(recomputes) * len(sps) * len(orders) * len(knobs[zero])
+                sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
                 continue
-            for sched, v in _schedules(pp, m, wl.model.n_layers, sp):
+            for sched, v in scheds:
+                sc = SCHEDULES.index(sched)
                 for rc in recomputes:
                     for seqp in sps:
-                        if seqp and t.seq_len % tp:
-                            continue
                         for order in orders:
-                            for extra in _knobs(sp, dp, zero, nodes, gpn):
-                                fields = dict(base, zero_stage=zero, zero_offload=off, micro_batch_size=mb,
-                                              num_micro_batches=m, pp_schedule=sched, pp_virtual_stages=v,
-                                              recompute=rc, sequence_parallel=seqp, mesh_order=order, **extra)
-                                try:
-                                    plan = Plan(**fields)
-                                    check_plan_for(plan, wl)
-                                except ValueError:
-                                    continue
-                                yield plan
+                            for bucket, hook, zrb, hpz in knobs[zero]:
+                                rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket, hook,
+                                             zrb, hpz, nodes, gpn, gb))
 
 
 def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool) -> bool:
@@ -164,19 +210,19 @@ def _schedules(pp: int, m: int, layers: int, sp: SearchSpace) -> Iterator[tuple[
             yield s, 1
 
 
-def _knobs(sp: SearchSpace, dp: int, zero: int, nodes: int, gpn: int) -> Iterator[dict]:
-    """Bucket sizes, comm hooks and hpZ for the data-parallel part."""
+def _knobs(sp: SearchSpace, dp: int, zero: int, nodes: int, gpn: int) -> Iterator[tuple]:
+    """(ddp_bucket_mb, comm hook code, zero_reduce_bucket_size, hpz) for the data-parallel part."""
     if dp == 1:
-        yield {}
+        yield 25.0, 0, 500_000_000, 1
         return
     if zero == 0:
         for b in sp.ddp_bucket_mb:
-            yield {"ddp_bucket_mb": b}
+            yield float(b), 0, 500_000_000, 1
             if sp.allow_comm_hooks:
-                for hook in ("fp16", "bf16", "powersgd"):
-                    yield {"ddp_bucket_mb": b, "comm_hook": hook}
+                for hook in (1, 2, 3):
+                    yield float(b), hook, 500_000_000, 1
         return
     for rb in sp.zero_reduce_buckets:
-        yield {"zero_reduce_bucket_size": rb}
+        yield 25.0, 0, int(rb), 1
         if zero == 3 and nodes > 1 and gpn > 1 and dp % gpn == 0:
-            yield {"zero_reduce_bucket_size": rb, "zero_hpz_partition_size": gpn}
+            yield 25.0, 0, int(rb), gpn

@@ -38,6 +38,36 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 Cond = Callable[[dict], bool]
 
 
+def _vin(a: Any, b: Any) -> Any:
+    """Element-wise `in` over an array of feature values."""
+    import numpy as np
+    return np.array([x in b for x in np.ravel(a)], dtype=bool).reshape(np.shape(a))
+
+
+_VOPS: dict[str, Callable[[Any, Any], Any]] = dict(_OPS, **{"in": _vin})
+
+
+def compile_vector_condition(c: Any, rule_id: str = "?") -> Callable[[dict], Any]:
+    """As compile_condition, over a dict of feature arrays (one element per plan): a boolean array."""
+    import numpy as np
+    if isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and c[1] in _OPS:
+        feat, op, val = c
+        if feat not in FEATURES:
+            raise UserError(f"rule {rule_id}: unknown feature '{feat}'; known: {', '.join(sorted(FEATURES))}")
+        fn = _VOPS[op]
+        return lambda f: np.asarray(fn(f[feat], val), dtype=bool)
+    if isinstance(c, dict) and len(c) == 1:
+        (k, v), = c.items()
+        if k in ("all", "any") and isinstance(v, list):
+            subs = [compile_vector_condition(x, rule_id) for x in v]
+            red = np.logical_and.reduce if k == "all" else np.logical_or.reduce
+            return lambda f: red([s(f) for s in subs]) if subs else np.asarray(k == "all")
+        if k == "not":
+            sub = compile_vector_condition(v, rule_id)
+            return lambda f: ~sub(f)
+    raise UserError(f"rule {rule_id}: malformed condition {c!r}; write [feature, op, value] or {{all: [...]}}")
+
+
 def compile_condition(c: Any, rule_id: str = "?") -> Cond:
     """Turn a declarative condition into a predicate over a feature dict (raises UserError if malformed)."""
     if isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and c[1] in _OPS:
@@ -70,6 +100,7 @@ class Rule:
     message: str
     source: str
     cond: Cond
+    vcond: Optional[Callable[[dict], Any]] = None  # the same condition over feature arrays (batch path)
 
     def hit(self) -> RuleHit:
         return RuleHit(id=self.id, severity=self.severity, message=self.message, source=self.source,  # type: ignore[arg-type]
@@ -90,7 +121,8 @@ def load_rules(path: Optional[str] = None) -> tuple[Rule, ...]:
         if sev not in ("info", "warn", "penalty", "forbid"):
             raise UserError(f"rule {r.get('id')}: severity must be info/warn/penalty/forbid, got {sev!r}")
         out.append(Rule(str(r["id"]), sev, float(r.get("factor", 1.0)), str(r["message"]), str(r["source"]),
-                        compile_condition(r["when"], str(r["id"]))))
+                        compile_condition(r["when"], str(r["id"])),
+                        compile_vector_condition(r["when"], str(r["id"]))))
     return tuple(out)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
+
 from ..costmodel.combine import apply_correction, fast_eval, make_context, to_estimate
 from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
-from ..candidates import SearchSpace, enumerate_plans
+from ..candidates import SearchSpace, enumerate_rows, row_plan
+from ..costmodel.batch import evaluate_batch
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, Ranking, Workload
 
@@ -17,6 +20,50 @@ OBJECTIVES = ("throughput", "memory", "time", "cost")
 def _shape(p) -> tuple:
     """Plans that differ only in minor knobs share a shape; the top list shows the best of each."""
     return (p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.nodes, p.devices_per_node)
+
+
+def _best_per_shape(rows: list, b, ok: np.ndarray, objective: str) -> dict:
+    """Row index of the best feasible plan of each shape, shapes in order of first appearance.
+
+    Same choice as comparing _key plan by plan in enumeration order (the first of equal keys wins).
+    """
+    if not len(ok):
+        return {}
+    a = np.asarray([rows[i][:17] for i in ok], dtype=float)
+    shape_cols = a[:, [0, 1, 2, 3, 4, 16]]
+    gpn = np.asarray([rows[i][17] for i in ok], dtype=float)
+    tps = b.tps[ok]
+    if objective == "memory":
+        k1, k2 = b.mem_total[ok], -tps
+    elif objective == "cost":
+        k1, k2 = (a[:, 0] * a[:, 1] * a[:, 2]) / tps, -tps
+    else:
+        k1, k2 = -tps, np.zeros(len(ok))
+    shapes = np.column_stack([shape_cols, gpn])
+    _, sid = np.unique(shapes, axis=0, return_inverse=True)
+    sid = sid.reshape(-1)
+    order = np.lexsort((np.arange(len(ok)), k2, k1, sid))  # by shape, then key, then enumeration order
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sid[order][1:] != sid[order][:-1]
+    winners = ok[order[first]]
+    # shapes in order of their first appearance in the enumeration
+    appear = {}
+    for j, s in enumerate(sid):
+        if s not in appear:
+            appear[s] = j
+    win_by_sid = dict(zip(sid[order[first]].tolist(), winners.tolist()))
+    return {s: win_by_sid[s] for s in sorted(appear, key=appear.get)}
+
+
+def _row_key(objective: str, b, rows: list, i: int) -> tuple:
+    """_key on the batch arrays of row i."""
+    tps = float(b.tps[i])
+    if objective == "memory":
+        return (float(b.mem_total[i]), -tps)
+    if objective == "cost":
+        r = rows[i]
+        return (r[0] * r[1] * r[2] / tps, -tps)
+    return (-tps,)
 
 
 def _key(objective: str, e, price: Optional[float]):
@@ -46,31 +93,32 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     rules = load_rules()
     space = space or SearchSpace()
     space.memory_limit_bytes = float(ctx.mem_cap)
+    # every candidate as a row, evaluated in one vectorised pass (costmodel/batch.py: same physics as
+    # fast_eval, checked to 1e-9); Plans and Estimates are built only for the plans shown
+    rows = enumerate_rows(cluster, workload, allow_fewer_devices=allow_fewer_devices,
+                          allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
+                          space=space)
+    b = evaluate_batch(rows, ctx, rules)
+    n_timed = len(rows)
     reasons: dict[str, int] = {}
-    best: dict[tuple, object] = {}
-    n = n_ok = 0
-    smallest = None
-    for plan in enumerate_plans(cluster, workload, allow_fewer_devices=allow_fewer_devices,
-                                allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
-                                space=space):
-        n += 1
-        e = fast_eval(plan, ctx, rules)
-        if not e.feasible:
-            reasons[e.reason] = reasons.get(e.reason, 0) + 1
-            if smallest is None or e.mem.total < smallest.mem.total:
-                smallest = e
-            continue
-        n_ok += 1
-        k = _shape(plan)
-        cur = best.get(k)
-        if cur is None or _key(objective, e, price_per_gpu_hour) < _key(objective, cur, price_per_gpu_hour):
-            best[k] = e
+    bad = np.flatnonzero(~b.feasible)
+    for i in bad:
+        r = b.reason_of(int(i))
+        reasons[r] = reasons.get(r, 0) + 1
+    smallest = fast_eval(row_plan(rows[int(bad[np.argmin(b.mem_total[bad])])]), ctx, rules) if len(bad) else None
+    ok = np.flatnonzero(b.feasible)
+    n_ok = len(ok)
+    best = _best_per_shape(rows, b, ok, objective)
+    pruned = sum(space.pruned.values())
     for k, v in space.pruned.items():  # plans cut by the enumerator's model-state bound
         reasons[k] = reasons.get(k, 0) + v
-        n += v
-    ordered = sorted(best.values(), key=lambda e: _key(objective, e, price_per_gpu_hour))
+    n = n_timed + pruned
     corr = correction or NoCorrection()
-    pool = ordered[: top * 3 if not isinstance(corr, NoCorrection) else top]
+    pool_n = top * 3 if not isinstance(corr, NoCorrection) else top
+    # order the shape winners on the batch values (stable: ties keep enumeration order), then build the
+    # reference Eval (fast_eval) only for the pool shown
+    winners = sorted(best.values(), key=lambda i: _row_key(objective, b, rows, i))[:pool_n]
+    pool = [fast_eval(row_plan(rows[i]), ctx, rules) for i in winners]
     ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr, price_per_gpu_hour), e)
             for e in pool]
     if not isinstance(corr, NoCorrection):
@@ -81,6 +129,10 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
             for i, (est, _) in enumerate(ests)]
     fits = None if n_ok else _fits_nowhere(smallest, ctx, n)
     notes = []
+    if pruned:
+        notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "
+                     f"states alone exceed {ctx.mem_cap / 2**30:.1f} GiB per device; {n_timed} evaluated, "
+                     f"{n_timed - n_ok} of them infeasible")
     if n_ok and tops and tops[0].plan.world_size < cluster.num_devices:
         notes.append(f"the best plan uses {tops[0].plan.world_size} of {cluster.num_devices} devices: "
                      "more would be slower on these links")
