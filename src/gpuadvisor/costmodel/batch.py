@@ -194,7 +194,7 @@ def evaluate_batch(rows: list[tuple], ctx: Context, rules: Optional[tuple[Rule, 
     exposed, offload, opt = _data_parallel(ctx, g_dp, dp, tp, m, zero, off, hpz, zrb, bucket_mb, hook, n_dev, t_mb,
                                           gpn)
     step_s = step + exposed + offload + opt + ctx.step_overhead
-    tps = ctx.gb * ctx.s / step_s
+    tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
     step_s = np.where(ok, step_s, np.inf)
     tps = np.where(ok, tps, 0.0)
 

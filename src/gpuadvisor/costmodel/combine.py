@@ -77,14 +77,14 @@ def to_estimate(e: Eval, ctx: Context, price_per_gpu_hour: Optional[float] = Non
     budget = ctx.workload.training.token_budget
     run_bytes = ttt = cost = None
     if budget:
-        steps = budget / (ctx.gb * ctx.s)
+        steps = budget / (p.global_batch() * ctx.s)
         run_bytes = e.nic_bytes * steps
         ttt = steps * e.step_s
         if price_per_gpu_hour is not None:
             cost = ttt / 3600.0 * p.world_size * price_per_gpu_hour
     return Estimate(
         plan=p, feasible=e.feasible, infeasible_reason=e.reason, step_time_s=e.step_s, tokens_per_s=e.tps,
-        samples_per_s=ctx.gb / e.step_s, step=step, memory=mb, memory_capacity_bytes=int(ctx.mem_cap),
+        samples_per_s=p.global_batch() / e.step_s, step=step, memory=mb, memory_capacity_bytes=int(ctx.mem_cap),
         host_memory_bytes=int(mem.host * p.devices_per_node), scaling_efficiency=eff,
         network_bytes_per_step=e.nic_bytes, link_bytes_per_step=dict(e.link_bytes),
         network_bytes_per_run=run_bytes, time_to_train_s=ttt, cost=cost,

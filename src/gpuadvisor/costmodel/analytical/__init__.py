@@ -209,7 +209,7 @@ def evaluate(p: Plan, ctx: Context) -> Eval:
     dp_exposed, offload, opt = _data_parallel(p, ctx, e, n_dev, t_mb)
     e.offload_s, e.optimizer_s, e.overhead_s = offload, opt, ctx.step_overhead
     e.step_s = step + dp_exposed + offload + opt + ctx.step_overhead
-    e.tps = ctx.gb * ctx.s / e.step_s
+    e.tps = p.global_batch() * ctx.s / e.step_s  # the plan's own batch (allow_batch_change)
     e.analytical_tps = e.tps
     return e
 
