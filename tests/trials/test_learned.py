@@ -81,3 +81,29 @@ def test_no_signal_no_harm():
              for i, (r, e) in enumerate(zip(rows, ests))]
     rep = loso_report(fixed, ests, LearnedCorrection(n_members=3, n_estimators=50))
     assert rep["learned_mae"] < 0.03
+
+
+def test_correction_does_not_extrapolate_to_unseen_hardware():
+    """Fitted on CPU-rank clusters, the correction shrinks to 1 on a GPU cluster with a 1 GbE network,
+    and says it is unsure there (uncertainty up to the training rows' spread)."""
+    from gpuadvisor.hardware.presets import load_preset
+
+    rows, ests = synthetic(3)
+    m = LearnedCorrection(n_members=3, n_estimators=50).fit(rows, ests)
+    plan = Plan(tp=2, pp=2, micro_batch_size=1, num_micro_batches=4, devices_per_node=4)
+    near, near_unc = m.factor(plan, rows[0].cluster, rows[0].workload, ests[0])
+    gpu = load_preset("nano-cluster-2x2-a40-1gbe")
+    plan2 = Plan(tp=2, pp=2, micro_batch_size=1, num_micro_batches=4, nodes=2, devices_per_node=2)
+    far, far_unc = m.factor(plan2, gpu, rows[0].workload, make_estimate(plan2, rows[0].workload, 1000.0))
+    assert near < 0.5  # truth 0.32: it learned that TP x PP costs more than the analytical model thinks
+    assert abs(math.log(far)) < 0.05 and far_unc > near_unc
+
+
+def test_within_cluster_leave_one_plan_out_improves():
+    """Plans measured on a cluster move the prediction of an untried plan on that cluster toward truth."""
+    from gpuadvisor.costmodel.learned import within_report
+
+    rows, ests = synthetic(1)
+    rep = within_report(rows, ests, LearnedCorrection(n_members=3, n_estimators=80))
+    assert rep["n_rows"] == len(rows)
+    assert rep["learned_mae"] < 0.5 * rep["analytical_mae"], rep

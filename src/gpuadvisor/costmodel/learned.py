@@ -21,7 +21,7 @@ from sklearn.ensemble import GradientBoostingRegressor
 
 from ..schemas import Cluster, Estimate, LinkClass, MeasurementRow, Plan, Workload
 
-FORMAT = "gpuadvisor-learned-correction/1"
+FORMAT = "gpuadvisor-learned-correction/2"
 # PCIe/NVLink path quality, best (0) to worst; CPU shared memory and unknown in between (DESIGN section 2)
 _LINK_ORDER = {LinkClass.NVLINK: 0, LinkClass.SHM: 1, LinkClass.PIX: 2, LinkClass.PXB: 3, LinkClass.PHB: 4,
                LinkClass.NODE: 5, LinkClass.SYS: 6, LinkClass.UNKNOWN: 4, LinkClass.SELF: 0}
@@ -31,6 +31,13 @@ FEATURES = (
     "pp_crosses_nodes", "log10_net_gb_per_s", "log10_intra_gb_per_s", "compute_frac", "comm_frac",
     "bubble_frac", "log10_params", "log2_tokens_per_micro_batch", "is_gpu",
 )
+# Hardware features that decide whether a correction learned on some machines applies to another, with
+# the distance (in their units) at which a correction is trusted about 60% (exp(-1/2)): device kind,
+# network and intra-node bandwidth (log10 GB/s, 0.3 = a factor of 2). A correction fitted on NVLink/IB
+# nodes says little about a 1 GbE PCIe box, so there it shrinks toward 1 (the analytical model).
+DOMAIN = {"is_gpu": 0.5, "log10_net_gb_per_s": 0.3, "log10_intra_gb_per_s": 0.3}
+_DOMAIN_IDX = [FEATURES.index(k) for k in DOMAIN]
+_DOMAIN_SCALE = np.asarray(list(DOMAIN.values()), float)
 
 
 def _group_link(cluster: Cluster, span: int, gpn: int) -> tuple[float, float, float]:
@@ -106,11 +113,14 @@ class LearnedCorrection(BaseEstimator):
 
     Parameters are hyper-parameters only; `fit(rows, estimates)` learns `members_`, `X_`, `y_`, `groups_`.
     `factor(...)` implements the cost model's Correction protocol: (exp(mean), relative uncertainty).
+    The correction is trusted by how close the plan's hardware is to hardware it was fitted on
+    (`DOMAIN` features, `domain_scale`): far from every training row it shrinks to 1 and the uncertainty
+    grows to the training rows' spread -- a correction never extrapolates to unseen machines.
     """
 
     def __init__(self, n_members: int = 8, n_estimators: int = 150, max_depth: int = 2, learning_rate: float = 0.05,
                  min_samples_leaf: int = 2, subsample: float = 0.8, max_abs_log_factor: float = 3.0,
-                 random_state: int = 0):
+                 domain_scale: float = 1.0, random_state: int = 0):
         self.n_members = n_members
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -118,6 +128,7 @@ class LearnedCorrection(BaseEstimator):
         self.min_samples_leaf = min_samples_leaf
         self.subsample = subsample
         self.max_abs_log_factor = max_abs_log_factor
+        self.domain_scale = domain_scale
         self.random_state = random_state
 
     # -- fitting -------------------------------------------------------------------------------------
@@ -155,16 +166,27 @@ class LearnedCorrection(BaseEstimator):
         self.X_, self.y_ = X, y
         self.groups_ = list(groups) if groups is not None else ["?"] * len(X)
         self.n_rows_ = len(X)
+        self.prior_log_std_ = float(np.sqrt(np.mean(y ** 2)))  # how far off the analytical model typically is
         return self
+
+    def trust(self, X: np.ndarray) -> np.ndarray:
+        """Weight in [0, 1] of the learned correction per row: exp(-d^2/2), d = distance in DOMAIN units
+        (over domain_scale) to the nearest training row's hardware."""
+        d = (X[:, None, _DOMAIN_IDX] - self.X_[None, :, _DOMAIN_IDX]) / (_DOMAIN_SCALE * self.domain_scale)
+        return np.exp(-0.5 * np.min(np.sum(d ** 2, axis=2), axis=1))
 
     # -- prediction ----------------------------------------------------------------------------------
     def predict_log(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and spread (std over members) of log(measured/analytical) for each row of X."""
+        """Mean and spread of log(measured/analytical) for each row of X, shrunk by `trust`.
+
+        Spread = the members' std where trusted, the training rows' RMS log error where not."""
         if not hasattr(self, "members_"):
             raise ValueError("LearnedCorrection is not fitted; call fit(rows, estimates) first")
         preds = np.stack([m.predict(X) for m in self.members_])
-        mean = np.clip(preds.mean(axis=0), -self.max_abs_log_factor, self.max_abs_log_factor)
-        return mean, preds.std(axis=0)
+        w = self.trust(X)
+        mean = np.clip(w * preds.mean(axis=0), -self.max_abs_log_factor, self.max_abs_log_factor)
+        spread = np.sqrt((w * preds.std(axis=0)) ** 2 + ((1.0 - w) * self.prior_log_std_) ** 2)
+        return mean, spread
 
     def factor(self, plan: Plan, cluster: Cluster, workload: Workload,
                estimate: Estimate) -> tuple[float, Optional[float]]:
@@ -237,6 +259,43 @@ def loso_report(rows: Sequence[MeasurementRow], estimates: Optional[Sequence[Est
             err_a.append(abs(pred - r.value) / r.value)
             err_l.append(abs(pred * f - r.value) / r.value)
         per_group[g] = {"n": len(test), "analytical_mae": float(np.mean(err_a)), "learned_mae": float(np.mean(err_l))}
+        all_a += err_a
+        all_l += err_l
+    return {"analytical_mae": float(np.mean(all_a)) if all_a else None,
+            "learned_mae": float(np.mean(all_l)) if all_l else None, "n_rows": len(all_a), "per_group": per_group}
+
+
+def within_report(rows: Sequence[MeasurementRow], estimates: Optional[Sequence[Estimate]] = None,
+                  model: Optional[LearnedCorrection] = None, min_rows: int = 4) -> dict[str, Any]:
+    """Leave-one-row-out inside each source group with at least `min_rows` rows: does learning from the
+    other plans measured on the same cluster move the prediction of an untried plan toward its measurement?
+
+    Each held-out row is predicted by a model fitted on every other row (its own group's included).
+    Returns {"analytical_mae", "learned_mae", "n_rows", "per_group": {...}} like `loso_report`.
+    """
+    rows = throughput_rows(rows)
+    if estimates is None:
+        rows, estimates = _estimate_rows(rows)
+    estimates = list(estimates)
+    proto = model or LearnedCorrection()
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.source_group] = counts.get(r.source_group, 0) + 1
+    per_group: dict[str, Any] = {}
+    all_a, all_l = [], []
+    for g in sorted(k for k, n in counts.items() if n >= min_rows):
+        err_a, err_l = [], []
+        for i, (r, e) in enumerate(zip(rows, estimates)):
+            if r.source_group != g:
+                continue
+            train = [(rr, ee) for j, (rr, ee) in enumerate(zip(rows, estimates)) if j != i]
+            m = LearnedCorrection(**proto.get_params()).fit([a for a, _ in train], [b for _, b in train])
+            pred = e.tokens_per_s if r.metric == "tokens_per_s" else e.samples_per_s
+            f, _ = m.factor(r.plan, row_cluster(r), r.workload, e)
+            err_a.append(abs(pred - r.value) / r.value)
+            err_l.append(abs(pred * f - r.value) / r.value)
+        per_group[g] = {"n": len(err_a), "analytical_mae": float(np.mean(err_a)),
+                        "learned_mae": float(np.mean(err_l))}
         all_a += err_a
         all_l += err_l
     return {"analytical_mae": float(np.mean(all_a)) if all_a else None,
