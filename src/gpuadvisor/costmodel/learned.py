@@ -32,10 +32,11 @@ FEATURES = (
     "bubble_frac", "log10_params", "log2_tokens_per_micro_batch", "is_gpu",
 )
 # Hardware features that decide whether a correction learned on some machines applies to another, with
-# the distance (in their units) at which a correction is trusted about 60% (exp(-1/2)): device kind,
+# the distance (in their units) at which a correction is trusted about 60% (exp(-1/2)): device kind
+# (CPU ranks vs GPUs: categorically different, a correction does not cross it),
 # network and intra-node bandwidth (log10 GB/s, 0.3 = a factor of 2). A correction fitted on NVLink/IB
 # nodes says little about a 1 GbE PCIe box, so there it shrinks toward 1 (the analytical model).
-DOMAIN = {"is_gpu": 0.5, "log10_net_gb_per_s": 0.3, "log10_intra_gb_per_s": 0.3}
+DOMAIN = {"is_gpu": 0.25, "log10_net_gb_per_s": 0.3, "log10_intra_gb_per_s": 0.3}
 _DOMAIN_IDX = [FEATURES.index(k) for k in DOMAIN]
 _DOMAIN_SCALE = np.asarray(list(DOMAIN.values()), float)
 
