@@ -211,14 +211,11 @@ class _FakeStudy:
                   "measured": 900.0, "elapsed_s": 5})
         progress({"event": "trial", "n": 2, "plan": "dp=4,zero=3", "predicted": 800.0, "elapsed_s": 6})
         self.started.set()
-        try:  # like run_trial: wait for the trial until Ctrl-C (the TUI's cancel) arrives
-            for _ in range(200):
-                if cancel is not None and cancel.is_set():
-                    raise KeyboardInterrupt
-                time.sleep(0.05)
-        except KeyboardInterrupt:
-            self.cancelled.set()
-            raise
+        for _ in range(200):  # like confirm: the running trial is stopped and the study returns on cancel
+            if cancel is not None and cancel.is_set():
+                self.cancelled.set()
+                return None
+            time.sleep(0.05)
         return None
 
 
