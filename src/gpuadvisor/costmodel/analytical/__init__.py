@@ -49,6 +49,14 @@ class Context:
         self.x_half = curve.x_half
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
+        if dev.kind == "cpu" and "cpu_ranks" in cal:
+            # CPU ranks (gloo): the measured matmul rate is the large-GEMM rate itself (no tensor-core/fp32 or
+            # cuBLAS scaling), and op dispatch / step costs are the CPU trainer's, not CUDA's (cpu_ranks section)
+            cr = cal["cpu_ranks"]
+            ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s") if k in cr}}
+            base = dev.achieved_tflops or dev.peak_tflops_fp32
+            self.rate_max = base * 1e12 * float(cr["e_max"])
+            self.x_half = float(cr["x_half"])
         self.kpl, self.launch_us = float(ov["kernels_per_layer"]), float(ov["launch_us"])
         self.generic_kernels = float(ov.get("generic_kernels", 200))
         self.step_overhead = float(ov["step_overhead_s"])

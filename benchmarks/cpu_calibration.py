@@ -1,0 +1,87 @@
+"""Fit the cost model's CPU-rank constants (knowledge/calibration.yaml, section cpu_ranks) on this machine.
+
+Runs the bundled trainer single-process (one CPU rank, OMP_NUM_THREADS=1, fp32) for several GPT shapes,
+measures seconds per optimizer step, and least-squares fits the CPU terms of the analytical model:
+
+    t_step = flops / (R * e_max * x / (x + x_half)) + layers * kernels_per_layer * launch_us + step_overhead
+
+R is the measured single-thread matmul rate of the cpu-2ranks preset. Prints the fitted values and
+predicted vs measured per shape. Usage: python benchmarks/cpu_calibration.py [--steps 6]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from gpuadvisor.costmodel.analytical import evaluate
+from gpuadvisor.costmodel.combine import make_context
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.schemas import Plan, TrainerJob
+from gpuadvisor.workload.specs import make_workload, model_from_args
+
+SHAPES = [  # layers, hidden, heads, ffn, vocab, seq, micro-batch
+    (2, 32, 4, 128, 256, 16, 8),
+    (2, 128, 4, 512, 1024, 64, 4),
+    (4, 256, 4, 1024, 2048, 128, 4),
+    (4, 320, 8, 1536, 8000, 128, 16),  # the A6000 paper's 10M shape (Table I)
+    (4, 512, 8, 2048, 4096, 128, 4),
+]
+
+
+def measure(shape, steps: int) -> tuple[float, object]:
+    """Seconds per step of the single-rank trainer for one shape (timed window / steps)."""
+    L, h, a, f, v, s, mb = shape
+    wl = make_workload(model_from_args(layers=L, hidden=h, heads=a, ffn=f, vocab=v, seq=s, name=f"L{L}h{h}"),
+                       seq_len=s, global_batch=mb, precision="fp32")
+    job = TrainerJob(plan=Plan(micro_batch_size=mb), workload=wl, steps=steps, warmup=2, device="cpu")
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "job.json").write_text(job.model_dump_json())
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "-m", "gpuadvisor.trainers", "--plan", f"{d}/job.json", "--out", d],
+                       check=True, env=env, capture_output=True)
+        m = json.loads(Path(d, "metrics.json").read_text())
+    return m["summary"]["total_time_s"] / steps, wl
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    cluster = load_preset("cpu-2ranks")
+    rows = []
+    for shape in SHAPES:
+        t, wl = measure(shape, args.steps)
+        ctx = make_context(cluster, wl)
+        rows.append((shape, t, ctx, Plan(micro_batch_size=shape[-1])))
+        print(f"measured {shape}: {t * 1e3:.1f} ms/step", flush=True)
+    best = None
+    for e_max in np.linspace(0.3, 1.2, 19):
+        for x_half in (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05):
+            for launch_us in (5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0):
+                for step_s in (0.0005, 0.001, 0.002, 0.004):
+                    err = 0.0
+                    for _, t, ctx, plan in rows:
+                        ctx.rate_max = (cluster.nodes[0].devices[0].achieved_tflops or 0.065) * 1e12 * e_max
+                        ctx.x_half, ctx.launch_us, ctx.step_overhead = x_half, launch_us, step_s
+                        err += np.log(evaluate(plan, ctx).step_s / t) ** 2
+                    if best is None or err < best[0]:
+                        best = (err, e_max, x_half, launch_us, step_s)
+    err, e_max, x_half, launch_us, step_s = best
+    print(f"fit: e_max={e_max:.2f} x_half={x_half} launch_us={launch_us} step_overhead_s={step_s} "
+          f"(rms log error {np.sqrt(err / len(rows)):.3f})")
+    for shape, t, ctx, plan in rows:
+        ctx.rate_max = (cluster.nodes[0].devices[0].achieved_tflops or 0.065) * 1e12 * e_max
+        ctx.x_half, ctx.launch_us, ctx.step_overhead = x_half, launch_us, step_s
+        p = evaluate(plan, ctx).step_s
+        print(f"  {shape}: measured {t * 1e3:7.1f} ms  predicted {p * 1e3:7.1f} ms  ({p / t - 1:+.0%})")
+
+
+if __name__ == "__main__":
+    main()
