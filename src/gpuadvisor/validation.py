@@ -15,8 +15,9 @@ from .costmodel.analytical.comm import group_allreduce_s
 from .costmodel.combine import estimate, make_context
 from .costmodel.correction import Correction
 from .errors import UserError
+from .hardware.presets import row_cluster
 from .paths import knowledge_dir
-from .schemas import Cluster, Estimate, MeasurementRow, Workload, parse_plan
+from .schemas import Estimate, MeasurementRow, Workload, parse_plan
 
 SPEED_METRICS = ("tokens_per_s", "samples_per_s", "step_time_s", "epoch_time_s")
 
@@ -108,18 +109,9 @@ def load_rows(paths: Optional[list[Path]] = None) -> list[MeasurementRow]:
     return rows
 
 
-def _cluster(row: MeasurementRow) -> Cluster:
-    from .hardware.presets import load_preset
-    if row.cluster is not None:
-        return row.cluster
-    if row.preset:
-        return load_preset(row.preset)
-    raise UserError(f"row {row.id} names neither a preset nor a cluster; add one")
-
-
 def predict_row(row: MeasurementRow, correction: Optional[Correction] = None) -> float:
     """The cost model's value for a row's metric."""
-    cl = _cluster(row)
+    cl = row_cluster(row)
     if row.metric == "allreduce_busbw_gb_per_s":
         ctx = make_context(cl, row.workload)
         p = row.plan

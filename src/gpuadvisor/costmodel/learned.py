@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.ensemble import GradientBoostingRegressor
 
+from ..hardware.presets import row_cluster
 from ..schemas import Cluster, Estimate, LinkClass, MeasurementRow, Plan, Workload
 
 FORMAT = "gpuadvisor-learned-correction/2"
@@ -78,17 +79,6 @@ def features(plan: Plan, cluster: Cluster, workload: Workload, estimate: Estimat
         math.log10(max(workload.model.params, 1)), math.log2(max(plan.micro_batch_size * seq, 1)),
         float(dev is not None and dev.kind == "gpu"),
     ]
-
-
-def row_cluster(row: MeasurementRow) -> Cluster:
-    """The row's cluster: embedded, or its preset."""
-    if row.cluster is not None:
-        return row.cluster
-    if row.preset:
-        from ..hardware.presets import load_preset
-
-        return load_preset(row.preset)
-    raise ValueError(f"measurement row {row.id} names neither a cluster nor a preset")
 
 
 def throughput_rows(rows: Iterable[MeasurementRow]) -> list[MeasurementRow]:

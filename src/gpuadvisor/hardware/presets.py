@@ -9,6 +9,7 @@ import yaml
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas.hardware import Cluster
+from ..schemas.measurement import MeasurementRow
 
 
 def presets_dir() -> Path:
@@ -48,3 +49,12 @@ def load_preset(name: str) -> Cluster:
         "source": f"preset:{name}",
         "notes": [f"source: {preset_citation(name)}", *cluster.notes],
     })
+
+
+def row_cluster(row: MeasurementRow) -> Cluster:
+    """The cluster a measurement row was measured on: embedded in the row, or its preset."""
+    if row.cluster is not None:
+        return row.cluster
+    if row.preset:
+        return load_preset(row.preset)
+    raise UserError(f"measurement row {row.id} names neither a preset nor a cluster; add one")
