@@ -175,7 +175,7 @@ def evaluate_batch(rows: list[tuple], ctx: Context, rules: Optional[tuple[Rule, 
     n_coll = layers * np.where(rc, 6.0, 4.0)
     calls = np.where(sp, 2.0, 1.0)
     t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, ctx.hier_min) / g_tp.per_kind(ctx.tp_eff, 1.0)
-                                      + calls * ctx.call_s), 0.0)
+                                      + calls * ctx.tp_call_s), 0.0)
 
     # ---- pipeline (pipeline.py) ----
     psize = tokens * ctx.h * ctx.act_bytes / tp

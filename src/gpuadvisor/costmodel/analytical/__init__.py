@@ -53,7 +53,8 @@ class Context:
             # CPU ranks (gloo): the measured matmul rate is the large-GEMM rate itself (no tensor-core/fp32 or
             # cuBLAS scaling), and op dispatch / step costs are the CPU trainer's, not CUDA's (cpu_ranks section)
             cr = cal["cpu_ranks"]
-            ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s") if k in cr}}
+            ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s", "tp_call_us")
+                           if k in cr}}
             base = dev.achieved_tflops or dev.peak_tflops_fp32
             self.rate_max = base * 1e12 * float(cr["e_max"])
             self.x_half = float(cr["x_half"])
@@ -63,6 +64,8 @@ class Context:
         self.adam_bpp = float(ov["adam_bytes_per_param"])
         self.elem_traffic = float(ov["elementwise_traffic_per_h"])
         self.call_s = float(ov["collective_call_us"]) * 1e-6
+        # a TP collective's host cost (DTensor redistribute + the collective launch); CPU ranks override it
+        self.tp_call_s = float(ov.get("tp_call_us", ov["collective_call_us"])) * 1e-6
         self.p2p_call_s = float(ov["p2p_call_us"]) * 1e-6
         self.contention, self.bwd_window = float(oh["contention"]), float(oh["backward_window"])
         self.z3_contention = float(oh["zero3_contention"])
@@ -185,7 +188,7 @@ def evaluate(p: Plan, ctx: Context) -> Eval:
         n_coll = layers * (6 if p.recompute else 4)
         calls = 2 if p.sequence_parallel else 1
         t_tp = n_coll * (C.group_allreduce_s(size, g, ctx.hier_min) / ctx.tp_eff.get(g.kind, 1.0)
-                         + calls * ctx.call_s)
+                         + calls * ctx.tp_call_s)
         sent = m * n_coll * 2.0 * (tp - 1) / tp * size
         _add(e.link_bytes, g.kind, sent)
         e.nic_bytes += g.flows_per_nic * sent
