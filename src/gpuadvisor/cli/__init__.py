@@ -57,6 +57,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("gpuadvisor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head`: stop quietly, as other CLI tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -97,7 +97,8 @@ def render_ranking(r: Ranking, cluster: Cluster, workload: Workload, *, details:
     out = [f"Cluster : {describe_cluster(cluster)}", f"Model   : {describe_workload(workload)}",
            f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}.", ""]
     if not r.top:
-        out.append(f"Nothing fits. {r.fits_nowhere or ''}".rstrip())
+        msg = r.fits_nowhere or "nothing fits on this cluster"
+        out.append(msg[:1].upper() + msg[1:])
         if r.infeasible_reasons:
             out.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
         return "\n".join(out)

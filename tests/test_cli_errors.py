@@ -1,0 +1,42 @@
+"""The CLI's bad-input paths: one line on stderr naming the problem and the fix, non-zero exit."""
+import subprocess
+import sys
+
+import pytest
+
+from gpuadvisor.cli import main
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["suggest", "--model", "3.3B", "--preset", "a6000-4x-pcie"], "unknown model size '3.3B'"),
+    (["suggest", "--model", "1.5B", "--preset", "no-such-preset"], "no-such-preset"),
+    (["suggest", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--global-batch", "0"], "--global-batch"),
+    (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--plan", "dp=2,bogus=1"], "unknown plan key"),
+    (["probe", "--topo-file", "/nonexistent/topo.txt"], "/nonexistent/topo.txt"),
+])
+def test_bad_input_is_one_line(argv, needle, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    assert len(err) == 1 and err[0].startswith("gpuadvisor: error: ") and needle in err[0], err
+
+
+def test_cluster_file_error_names_line_and_field(tmp_path, capsys):
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("name: x\nnodes:\n  - name: a\n    gpus: 4x A7000\n")
+    assert main(["suggest", "--model", "1.5B", "--cluster", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4" in err and "nodes[0].gpus" in err and "A7000" in err
+
+
+def test_model_that_fits_nowhere_says_the_smallest_change(capsys):
+    rc = main(["suggest", "--model", "175B", "--preset", "workstation-2x4090"])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert "Nothing fits" in out and "GPUs" in out and "offload" in out
+
+
+def test_output_into_a_closed_pipe_is_quiet():
+    proc = subprocess.run(f"{sys.executable} -m gpuadvisor suggest --model 1.5B --preset a6000-4x-pcie | head -1",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr
