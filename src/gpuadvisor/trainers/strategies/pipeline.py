@@ -56,7 +56,7 @@ class Pipeline(Strategy):
             raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
         n_chunks = pp * v
         ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
-        gpt = self.build_model(tie=False)
+        gpt = self.build_model(tie=False)  # head starts as a copy of the embedding; tied grads synced per step
         r = ctx.coords["pp"]
         self.stage_ids = [r + i * pp for i in range(v)]
         self.is_first, self.is_last = 0 in self.stage_ids, n_chunks - 1 in self.stage_ids
@@ -77,6 +77,43 @@ class Pipeline(Strategy):
             self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
         self.optimizer = make_optimizer([p for mod in self.modules for p in mod.parameters()], ctx)
         self.owns_loss = self.is_last
+        self.tied_group, self.tied_params = self._tied_embedding_group(ctx)
+
+    def _tied_embedding_group(self, ctx: Context):
+        """Megatron-style tied embeddings across stages: the first stage's embedding and the last stage's head
+        start equal, and their gradients are summed over a {first, last} group after every step, so both
+        copies stay identical and the update equals the tied single-device model's (Megatron-LM
+        `_allreduce_word_embedding_grads`). Returns (group or None, this rank's tied parameters)."""
+        if not ctx.job.workload.model.tied_embeddings:
+            return None, []
+        import torch.distributed as dist
+
+        pp, r = ctx.plan.pp, ctx.coords["pp"]
+        coords = [None] * ctx.world_size
+        dist.all_gather_object(coords, (ctx.coords.get("dp", 0), r, ctx.rank))
+        mine = None
+        for d in sorted({c[0] for c in coords}):  # every rank creates every group, in the same order
+            ends = sorted((c[1], c[2]) for c in coords if c[0] == d and c[1] in (0, pp - 1))
+            group = dist.new_group([rank for _, rank in ends])
+            if d == ctx.coords.get("dp", 0):
+                mine = group
+        params = []
+        for mod in self.modules:
+            if mod.embed is not None:
+                params.append(mod.embed.tok.weight)
+            if mod.head is not None:
+                params.append(mod.head.weight)
+        return (mine if r in (0, pp - 1) else None), params
+
+    def _sync_tied_embeddings(self) -> None:
+        """Sum the tied embedding/head gradients between the first and last stage (exposed, after the flush)."""
+        import torch.distributed as dist
+
+        if self.tied_group is None:
+            return
+        for p in self.tied_params:
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            dist.all_reduce(g, group=self.tied_group)
 
     def tokens_counted_per_step(self) -> int:
         """Appendix F: the last stage counts the replica's tokens, the other stages 0."""
@@ -90,6 +127,7 @@ class Pipeline(Strategy):
         kwargs = {"target": y, "losses": losses} if self.is_last else {}
         with self.autocast():
             self.schedule.step(*args, **kwargs)
+        self._sync_tied_embeddings()
         self.optimizer.step()
         if not self.is_last:
             return None
