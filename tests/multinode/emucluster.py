@@ -134,6 +134,23 @@ def kill_namespace_pids(ns: str, timeout_s: float = 5.0) -> list[int]:
     return sorted(killed)
 
 
+_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
+
+
+def tbf_burst(rate: str) -> str:
+    """Token-bucket size for a tc rate: two timer ticks' worth of bytes at that rate (HZ 250), at least 16 KiB.
+
+    A real 50 Mbit/s link has no burst at veth line rate; a fixed 256 KiB bucket let every message below it
+    through unshaped (PP's activation messages measured 4x faster than the link), so the bucket follows the
+    rate: 50mbit -> 49 KiB, 1gbit -> 977 KiB (tbf needs at least rate/HZ to reach the rate).
+    """
+    for unit, mult in _UNITS.items():
+        if rate.endswith(unit):
+            bits = float(rate[: -len(unit)]) * mult
+            return f"{max(16, int(2 * bits / 8 / 250 / 1024))}kb"
+    raise ValueError(f"unknown tc rate '{rate}'; write e.g. 50mbit or 1gbit")
+
+
 class EmulatedCluster:
     """N namespaces on one /24, each link shaped to `rate` (tc syntax: '50mbit', '1gbit'; None = unshaped)."""
 
@@ -200,7 +217,7 @@ class EmulatedCluster:
         for ns in self.names:
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", self.ifname, "root"],
                            capture_output=True, timeout=10, check=False)
-            tbf = ["tbf", "rate", rate, "burst", "256kb", "latency", "50ms"] if rate else []
+            tbf = ["tbf", "rate", rate, "burst", tbf_burst(rate), "latency", "50ms"] if rate else []
             if delay_ms:
                 try:
                     _tc(ns, "qdisc", "add", "dev", self.ifname, "root", "handle", "1:", "netem", "delay",
