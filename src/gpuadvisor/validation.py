@@ -95,18 +95,11 @@ class ValidationReport:
 
 
 def load_rows(paths: Optional[list[Path]] = None) -> list[MeasurementRow]:
-    """Measurement rows of the seed files (or `paths`)."""
+    """Measurement rows of the seed files (or `paths`); a bad line is a one-line error naming it."""
+    from .trials.store import parse_rows
+
     paths = paths or sorted((knowledge_dir() / "measurements").glob("seed-*.jsonl"))
-    rows = []
-    for p in paths:
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(MeasurementRow.model_validate_json(line))
-                except ValueError as exc:
-                    raise UserError(f"{p.name}:{i}: not a valid measurement row ({str(exc).splitlines()[0]}); "
-                                    "fix or remove the line") from None
-    return rows
+    return [r for p in paths for r in parse_rows(p.read_text(encoding="utf-8").splitlines(), p.name, strict=True)[0]]
 
 
 def predict_row(row: MeasurementRow, correction: Optional[Correction] = None) -> float:

@@ -9,7 +9,8 @@ from gpuadvisor.trainers.data import micro_batches, replica_slice, token_batch
 from gpuadvisor.trainers.layout import coords_of, mesh_shape
 from gpuadvisor.trainers.metrics import net_delta, read_net_dev, read_proc_status
 from gpuadvisor.trainers.model import GPTStage, build_gpt, split_layers
-from gpuadvisor.trainers.run import classify, write_json_atomic
+from gpuadvisor.trainers.run import classify
+from gpuadvisor.trials.atomic import write_atomic
 
 from ._launch import TINY
 
@@ -83,5 +84,5 @@ def test_failure_classification():
 
 
 def test_atomic_write_leaves_no_temp(tmp_path):
-    write_json_atomic(tmp_path / "sub" / "m.json", "{}")
+    write_atomic(tmp_path / "sub" / "m.json", "{}")
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["m.json"]

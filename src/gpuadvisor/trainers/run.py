@@ -21,21 +21,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..schemas.job import TrainerJob
+from ..trials.atomic import write_atomic
 from ..schemas.trial import RunMetrics, TrainingResults
 
 EXIT_CODES = {"exception": 1, "oom": 3, "timeout": 4}
 _TIMEOUT_RE = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
-
-
-def write_json_atomic(path: Path, data: str) -> None:
-    """Write via a temp file in the same folder, fsync, then rename: readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def classify(exc: BaseException) -> str:
@@ -62,7 +52,7 @@ def write_error(out: Path, rank: int, exc: BaseException) -> str:
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         "hostname": socket.gethostname(), "pid": os.getpid(),
     }
-    write_json_atomic(out / f"error-rank{rank}.json", json.dumps(record, indent=2))
+    write_atomic(out / f"error-rank{rank}.json", json.dumps(record, indent=2))
     return kind
 
 
@@ -118,7 +108,7 @@ def train(job: TrainerJob, out: Path) -> Optional[RunMetrics]:
         steps=job.steps, warmup=job.warmup, backend=ctx.backend, ranks=ranks,
         summary=summarize(ranks, job.plan), versions=_versions(), hostname=socket.gethostname(),
     )
-    write_json_atomic(out / "metrics.json", metrics.model_dump_json(indent=2))
+    write_atomic(out / "metrics.json", metrics.model_dump_json(indent=2))
     return metrics
 
 
