@@ -308,4 +308,5 @@ def _features(ctx: Context, a: np.ndarray, g_tp: _G, g_dp: _G, g_pp: _G) -> dict
         "m": m, "mb": mb, "m_over_p": m / pp, "micro_steps": m,
         "comm_hook": np.array(_HOOKS, dtype=object)[hook.astype(int)], "recompute": rc > 0,
         "schedule": np.array(_SCHEDULES, dtype=object)[sched.astype(int)], "sequence_parallel": sp > 0,
+        "device": np.full(len(a), ctx.device.kind, dtype=object),
     }

@@ -28,6 +28,7 @@ FEATURES = {
     "m": "micro-batches per step", "mb": "micro-batch size", "m_over_p": "micro-batches / stages",
     "micro_steps": "micro-batches per step (gradient accumulation)", "comm_hook": "DDP comm hook",
     "recompute": "activation recompute", "schedule": "pipeline schedule", "sequence_parallel": "SP on",
+    "device": "kind of the devices (gpu, or cpu for gloo CPU ranks)",
 }
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -144,7 +145,7 @@ def plan_features(p: Plan, ctx: Any) -> dict:
         "tp_link": gt.kind if gt else "none", "dp_link": gd.kind if gd else "none", "pp_link": gp.kind if gp else "none",
         "m": p.num_micro_batches, "mb": p.micro_batch_size, "m_over_p": p.num_micro_batches / p.pp,
         "micro_steps": p.num_micro_batches, "comm_hook": p.comm_hook, "recompute": p.recompute,
-        "schedule": p.pp_schedule, "sequence_parallel": p.sequence_parallel,
+        "schedule": p.pp_schedule, "sequence_parallel": p.sequence_parallel, "device": ctx.device.kind,
     }
 
 
