@@ -5,8 +5,11 @@ measures seconds per optimizer step, and least-squares fits the CPU terms of the
 
     t_step = flops / (R * e_max * x / (x + x_half)) + layers * kernels_per_layer * launch_us + step_overhead
 
-R is the measured single-thread matmul rate of the cpu-2ranks preset. Prints the fitted values and
-predicted vs measured per shape. Usage: python benchmarks/cpu_calibration.py [--steps 6]
+R is the single-thread matmul rate measured here and now by the matmul probe (`gpuadvisor probe --measure
+--probes matmul --quick` with OMP_NUM_THREADS=1: its best_tflops), the same rate `probe --cluster --measure`
+gives each CPU rank, so e_max is "trainer GEMM rate / probe rate" and carries over to other CPUs. Each shape
+is timed --repeats times (median). Prints the fitted values and predicted vs measured per shape.
+Usage: python benchmarks/cpu_calibration.py [--steps 6] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import statistics
 
 from gpuadvisor.costmodel.analytical import evaluate
 from gpuadvisor.costmodel.combine import make_context
@@ -32,6 +36,10 @@ SHAPES = [  # layers, hidden, heads, ffn, vocab, seq, micro-batch
     (4, 256, 4, 1024, 2048, 128, 4),
     (4, 320, 8, 1536, 8000, 128, 16),  # the A6000 paper's 10M shape (Table I)
     (4, 512, 8, 2048, 4096, 128, 4),
+    (4, 64, 4, 256, 512, 64, 8),  # benchmarks/advice_quality.py tiny-0.3M (one rank; DP micro-batch 4)
+    (4, 64, 4, 256, 512, 64, 4),
+    (4, 256, 4, 1024, 512, 64, 8),  # advice_quality small-3M
+    (4, 256, 4, 1024, 512, 64, 4),
 ]
 
 
@@ -50,14 +58,30 @@ def measure(shape, steps: int) -> tuple[float, object]:
     return m["summary"]["total_time_s"] / steps, wl
 
 
+def probe_rate() -> float:
+    """best_tflops of the matmul probe on one thread (what `probe --cluster --measure` gives a CPU rank)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "gpuadvisor", "probe", "--json", "--measure", "--quick",
+                          "--probes", "matmul"], check=True, env=env, capture_output=True, text=True).stdout
+    return float(json.loads(out)["measure"]["matmul"][0]["best_tflops"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    rate = probe_rate()
+    print(f"matmul probe, 1 thread: best {rate:.4f} TFLOP/s", flush=True)
     cluster = load_preset("cpu-2ranks")
+    node = cluster.nodes[0]
+    devs = [d.model_copy(update={"achieved_tflops": rate, "peak_tflops_fp32": rate, "peak_tflops_bf16": rate})
+            for d in node.devices]
+    cluster = cluster.model_copy(update={"nodes": [node.model_copy(update={"devices": devs})]})
     rows = []
     for shape in SHAPES:
-        t, wl = measure(shape, args.steps)
+        runs = [measure(shape, args.steps) for _ in range(args.repeats)]
+        t, wl = statistics.median(r[0] for r in runs), runs[0][1]
         ctx = make_context(cluster, wl)
         rows.append((shape, t, ctx, Plan(micro_batch_size=shape[-1])))
         print(f"measured {shape}: {t * 1e3:.1f} ms/step", flush=True)
@@ -68,7 +92,7 @@ def main() -> None:
                 for step_s in (0.0005, 0.001, 0.002, 0.004):
                     err = 0.0
                     for _, t, ctx, plan in rows:
-                        ctx.rate_max = (cluster.nodes[0].devices[0].achieved_tflops or 0.065) * 1e12 * e_max
+                        ctx.rate_max = rate * 1e12 * e_max
                         ctx.x_half, ctx.launch_us, ctx.step_overhead = x_half, launch_us, step_s
                         err += np.log(evaluate(plan, ctx).step_s / t) ** 2
                     if best is None or err < best[0]:
@@ -77,7 +101,7 @@ def main() -> None:
     print(f"fit: e_max={e_max:.2f} x_half={x_half} launch_us={launch_us} step_overhead_s={step_s} "
           f"(rms log error {np.sqrt(err / len(rows)):.3f})")
     for shape, t, ctx, plan in rows:
-        ctx.rate_max = (cluster.nodes[0].devices[0].achieved_tflops or 0.065) * 1e12 * e_max
+        ctx.rate_max = rate * 1e12 * e_max
         ctx.x_half, ctx.launch_us, ctx.step_overhead = x_half, launch_us, step_s
         p = evaluate(plan, ctx).step_s
         print(f"  {shape}: measured {t * 1e3:7.1f} ms  predicted {p * 1e3:7.1f} ms  ({p / t - 1:+.0%})")
