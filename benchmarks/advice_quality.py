@@ -2,7 +2,8 @@
 """Advice quality on an emulated 2-node cluster: does the advisor's ranking match what really runs fastest?
 
 For each inter-node link speed (tc-shaped veth between two network namespaces, 1 CPU rank per node)
-and each model size: probe the nodes through their access, measure the inter-node network, rank the
+and each model size: probe the nodes through their access with the compute measurement on (the matmul
+probe per node, as `gpuadvisor probe --cluster --measure` does), measure the inter-node network, rank the
 plans with `gpuadvisor.ranking.rank` on that measured cluster, run every feasible non-ZeRO plan shape
 for real (`trials.multinode.run_trial_multinode`), and report
 
@@ -40,9 +41,6 @@ from gpuadvisor.remote.preflight import preflight, require_ok  # noqa: E402
 from gpuadvisor.schemas import ModelSpec, TrainingSettings, Workload  # noqa: E402
 from gpuadvisor.trials.multinode import run_trial_multinode  # noqa: E402
 
-#: The CPU rank's measured rates (knowledge/presets/cpu-2ranks.yaml: 1 thread, this machine class).
-CPU_RATES = {"tflops_fp32": 0.065, "tflops_bf16": 0.065, "achieved_tflops": 0.065,
-             "memory_bandwidth_gb_per_s": 21.3, "rate_source": "measured"}
 MODELS = {
     "tiny-0.3M": ModelSpec(name="tiny-0.3M", n_layers=4, d_model=64, n_heads=4, d_ff=256, vocab_size=512),
     "small-3M": ModelSpec(name="small-3M", n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=512),
@@ -102,7 +100,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--repeats", type=int, default=1,
-                    help="runs per plan; the median counts (a shared 2-core machine varies ~15%% run to run)")
+                    help="runs per plan, taken round robin over the plans; the median counts (a shared 2-core "
+                         "machine varies 15-30%% run to run)")
     ap.add_argument("--out", default="advice_quality.json")
     args = ap.parse_args(argv)
     why = unavailable_reason()
@@ -115,9 +114,11 @@ def main(argv=None) -> int:
     out_path = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="gpa-bench-"))
     with EmulatedCluster(2, rate=None) as emu:
-        hosts = load_cluster(emu.write_cluster_file(work / "hosts.yaml", device_rates=CPU_RATES))
+        hosts = load_cluster(emu.write_cluster_file(work / "hosts.yaml"))
         require_ok(preflight(hosts, port=PORT))
-        base = probe_cluster(hosts)
+        base = probe_cluster(hosts, measure_compute=True)  # as `probe --cluster --measure`: matmul per node
+        results["cpu_rank_tflops"] = [d.achieved_tflops for n in base.nodes for d in n.devices]
+        print(f"measured CPU-rank matmul rate per node: {results['cpu_rank_tflops']} TFLOP/s", flush=True)
         for rate in args.rates.split(","):
             emu.shape(None if rate == "none" else rate)
             m = internode_measurement(base, port=PORT, max_bytes=4 << 20, log_dir=work / f"net-{rate}")
@@ -125,28 +126,33 @@ def main(argv=None) -> int:
             for model in args.models.split(","):
                 wl = Workload(model=MODELS[model], training=TrainingSettings(
                     seq_len=args.seq, global_batch=args.batch, precision="fp32"))
+                plans = plans_for(cluster, wl)
+                runs: dict[int, list] = {i: [] for i in range(len(plans))}
+                for rep in range(args.repeats):  # round robin: a slow spell of the host hits every plan alike
+                    for i, (plan, _) in enumerate(plans):
+                        job = make_job(plan, wl, steps=args.steps, warmup=1).model_copy(update={"device": "cpu"})
+                        runs[i].append(run_trial_multinode(
+                            job, cluster, work / f"{rate}-{model}-{plan.strategy}-{rep}", timeout_s=args.timeout,
+                            port=PORT, check=False, env={"OMP_NUM_THREADS": "1"}))
                 rows = []
-                for plan, _ in plans_for(cluster, wl):
+                for i, (plan, _) in enumerate(plans):
                     pred = estimate(plan, cluster, wl).tokens_per_s
-                    job = make_job(plan, wl, steps=args.steps, warmup=1).model_copy(update={"device": "cpu"})
-                    recs = [run_trial_multinode(job, cluster, work / f"{rate}-{model}-{plan.strategy}-{i}",
-                                                timeout_s=args.timeout, port=PORT, check=False,
-                                                env={"OMP_NUM_THREADS": "1"}) for i in range(args.repeats)]
-                    runs = [r.measured_tokens_per_s for r in recs if r.status == "ok" and r.measured_tokens_per_s]
-                    rec = next((r for r in recs if r.status != "ok"), recs[-1]) if not runs else recs[-1]
+                    recs = runs[i]
+                    ok = [r.measured_tokens_per_s for r in recs if r.status == "ok" and r.measured_tokens_per_s]
+                    rec = next((r for r in recs if r.status != "ok"), recs[-1]) if not ok else recs[-1]
                     rows.append({"strategy": plan.strategy, "plan": plan.to_string(), "predicted": round(pred, 1),
-                                 "measured": runs and round(statistics.median(runs), 1),
-                                 "runs": [round(x, 1) for x in runs],
-                                 "status": "ok" if runs else rec.status, "error": None if runs else rec.error,
+                                 "measured": ok and round(statistics.median(ok), 1),
+                                 "runs": [round(x, 1) for x in ok],
+                                 "status": "ok" if ok else rec.status, "error": None if ok else rec.error,
                                  "trial_s": sum(r.duration_s for r in recs)})
                     print(f"{rate:>7} {model:>10} {plan.strategy:>6}: predicted {pred:9.0f} tok/s, measured "
-                          f"{rows[-1]['measured'] or 0:9.0f} ({rows[-1]['status']}, median of {len(runs)}: "
+                          f"{rows[-1]['measured'] or 0:9.0f} ({rows[-1]['status']}, median of {len(ok)}: "
                           f"{rows[-1]['runs']})", flush=True)
-                    setting = {"rate": rate, "model": model, "network": m.network.model_dump(),
-                               "p2p_gb_per_s": m.p2p_bandwidth_gb_per_s, "rows": rows, "summary": summarize(rows)}
-                    done = [s for s in results["settings"] if (s["rate"], s["model"]) != (rate, model)]
-                    results["settings"] = done + [setting]
-                    out_path.write_text(json.dumps(results, indent=1))
+                setting = {"rate": rate, "model": model, "network": m.network.model_dump(),
+                           "p2p_gb_per_s": m.p2p_bandwidth_gb_per_s, "rows": rows, "summary": summarize(rows)}
+                done = [s for s in results["settings"] if (s["rate"], s["model"]) != (rate, model)]
+                results["settings"] = done + [setting]
+                out_path.write_text(json.dumps(results, indent=1))
                 if emu.leftover_pids():
                     print(f"WARNING: processes left in the namespaces: {emu.leftover_pids()}", file=sys.stderr)
     print(markdown(results))

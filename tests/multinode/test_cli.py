@@ -20,6 +20,9 @@ def test_probe_cluster_then_suggest_and_emit(emu, no_leftovers, tmp_path, capsys
     cluster = load_cluster(saved)
     assert [n.name for n in cluster.nodes] == ["n0", "n1"]
     assert cluster.network is not None and cluster.network.rate_source == "measured"
+    # --measure also ran the matmul probe on each node (one thread per CPU rank)
+    assert all(d.rate_source == "measured" and 0.001 < d.achieved_tflops < 2.0
+               for n in cluster.nodes for d in n.devices), [n.devices for n in cluster.nodes]
     assert 0.01 < cluster.network.bandwidth_gb_per_s < 0.5  # shaped to 1 Gbit/s: about 0.12 GB/s
 
     config = tmp_path / "config.json"  # a tiny GPT-2 config (the HF config path of --model)

@@ -56,3 +56,25 @@ def test_no_torch_in_the_advisor_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def _cpu_node(name: str, rate_source: str = "user", tflops: float = 5.0) -> Node:
+    dev = Device(index=0, kind="cpu", name="cpu", memory_bytes=2**32, peak_tflops_bf16=tflops,
+                 peak_tflops_fp32=tflops, achieved_tflops=tflops, memory_bandwidth_gb_per_s=20,
+                 rate_source=rate_source)
+    return Node(name=name, devices=[dev], access=NodeAccess(method="local"))
+
+
+def test_probe_keeps_hosts_file_rates_without_measurement():
+    cluster = probe_cluster(_cluster(_cpu_node("a")))
+    dev = cluster.nodes[0].devices[0]
+    assert dev.kind == "cpu" and dev.achieved_tflops == 5.0 and dev.rate_source == "user"
+
+
+def test_probe_measure_compute_replaces_rates_with_the_matmul_probe():
+    pytest.importorskip("torch")
+    cluster = probe_cluster(_cluster(_cpu_node("a")), measure_compute=True)
+    dev = cluster.nodes[0].devices[0]
+    # one thread of a CPU core: far below the 5 TFLOP/s the hosts file claimed, but positive
+    assert dev.rate_source == "measured" and 0.001 < dev.achieved_tflops < 2.0, dev
+    assert dev.peak_tflops_fp32 == dev.achieved_tflops

@@ -71,6 +71,9 @@ def test_topo_file_json_includes_topology(host, capsys):
     [(["--topo-file", "/nonexistent/topo.txt"], "cannot read topology file /nonexistent/topo.txt"),
      (["--quick"], "--quick only applies with --measure"),
      (["--cpu-ranks", "2"], "--cpu-ranks only applies with --save"),
+     (["--probes", "matmul"], "--probes only applies with --measure"),
+     (["--measure", "--probes", "matmul,gemm"], "--probes: unknown probe(s) ['gemm']"),
+     (["--measure", "--probes", ","], "--probes: unknown probe(s)"),
      (["--cpu-ranks", "0", "--save", "x.yaml"], "--cpu-ranks must be at least 1")],
 )
 def test_user_errors_are_one_line(host, capsys, argv, needle):

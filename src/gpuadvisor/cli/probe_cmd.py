@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also run the measuring probes (collectives, GEMM, copies; needs torch)")
     p.add_argument("--quick", action="store_true", help="with --measure: fewer sizes and repeats")
+    p.add_argument("--probes", metavar="LIST", default=None,
+                   help="with --measure: comma list of collectives,matmul,hostcopy (default all); "
+                        "with --cluster --measure, matmul is run on every node")
     p.add_argument("--cluster", metavar="HOSTS",
                    help="probe every node of a hosts/cluster file through its access (ssh, slurm, prefix) and merge")
     p.add_argument("--port", type=int, default=29530, help="with --cluster --measure: rendezvous port on node 0")
@@ -89,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.quick and not args.measure:
         raise UserError("--quick only applies with --measure; add --measure or drop --quick")
+    if args.probes is not None and not args.measure:
+        raise UserError("--probes only applies with --measure; add --measure or drop --probes")
     if args.cpu_ranks is not None and args.cpu_ranks < 1:
         raise UserError(f"--cpu-ranks must be at least 1, got {args.cpu_ranks}")
     if args.cpu_ranks is not None and not args.save:
@@ -104,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     measured = None
     if args.measure:
         run_measurements = _optional("gpuadvisor.probe.measure", "run_measurements", "--measure")
-        measured = run_measurements(nproc=None, quick=args.quick)
+        kwargs = {"probes": _probe_list(args.probes)} if args.probes is not None else {}
+        measured = run_measurements(nproc=None, quick=args.quick, **kwargs)
     health = _health(report, measured)
     if args.json:
         if measured is None:
@@ -122,6 +128,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe_list(text: str) -> list[str]:
+    """`--probes a,b` -> ['a', 'b']; a one-line UserError for an unknown or empty name."""
+    from ..probe.measure import PROBES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in PROBES]
+    if bad or not names:
+        raise UserError(f"--probes: unknown probe(s) {bad or [text]}; choose from {','.join(PROBES)}")
+    return names
+
+
 def _run_cluster(args: argparse.Namespace) -> int:
     """`probe --cluster HOSTS`: pre-flight, inventory of every node, optional inter-node measurement."""
     from ..hardware.cluster_file import load_cluster, save_cluster
@@ -133,7 +150,10 @@ def _run_cluster(args: argparse.Namespace) -> int:
         raise UserError("--topo-file and --cpu-ranks describe this host; with --cluster put them in the hosts file")
     hosts = load_cluster(args.cluster)
     require_ok(preflight(hosts, port=args.port if args.measure and len(hosts.nodes) > 1 else None))
-    cluster = probe_cluster(hosts)
+    if args.probes is not None:
+        raise UserError("--probes does not apply with --cluster: --measure runs matmul on every node and "
+                        "collectives between the nodes; drop --probes")
+    cluster = probe_cluster(hosts, measure_compute=args.measure, quick=args.quick)
     warnings: list[str] = []
     if args.measure and len(cluster.nodes) > 1:
         m = internode_measurement(cluster, port=args.port, quick=args.quick)

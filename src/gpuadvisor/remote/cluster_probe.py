@@ -10,6 +10,7 @@ virtual link (veth says 10000) reads the same as a real one.
 """
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 import uuid
@@ -26,7 +27,7 @@ from ..paths import probes_dir
 from ..probe.measure import ProbeError, parse_probe_output
 from ..schemas._base import Frozen
 from ..schemas.hardware import Cluster, Network, Nic, Node
-from ..schemas.measure import CollectiveCurve
+from ..schemas.measure import CollectiveCurve, MeasureReport
 from ..schemas.probe import ProbeReport
 from .access import NodeTimeout, describe, node_python, run_on_node
 from .group import finish_group, start_group, stop_group, wait_group
@@ -39,10 +40,15 @@ DEGRADED_FRACTION = 0.25
 _KEEP_RATES = ("peak_tflops_bf16", "peak_tflops_fp32", "achieved_tflops", "memory_bandwidth_gb_per_s", "rate_source")
 
 
-def probe_node(node: Node, timeout_s: float = 120.0) -> ProbeReport:
-    """`python -m gpuadvisor probe --json` on `node`; UserError naming the node when it fails."""
+def probe_node(node: Node, timeout_s: float = 120.0, *, measure_compute: bool = False,
+               quick: bool = True) -> tuple[ProbeReport, Optional[MeasureReport]]:
+    """`python -m gpuadvisor probe --json` on `node` (with measure_compute: plus the matmul probe, one
+    thread per CPU rank as the bundled trainer runs); UserError naming the node when it fails."""
+    argv = [node_python(node), "-m", "gpuadvisor", "probe", "--json"]
+    if measure_compute:
+        argv += ["--measure", "--probes", "matmul", *(["--quick"] if quick else [])]
     try:
-        done = run_on_node(node, [node_python(node), "-m", "gpuadvisor", "probe", "--json"], timeout_s)
+        done = run_on_node(node, argv, timeout_s, env={"OMP_NUM_THREADS": "1"} if measure_compute else None)
     except NodeTimeout as exc:
         raise UserError(str(exc)) from None
     if done.returncode != 0:
@@ -51,14 +57,20 @@ def probe_node(node: Node, timeout_s: float = 120.0) -> ProbeReport:
         raise UserError(f"node {describe(node)}: probe failed (exit {done.returncode}: {last[:200]}); "
                         "run `gpuadvisor preflight` / check the node's access and gpuadvisor install")
     try:
-        return ProbeReport.model_validate_json(done.stdout)
-    except ValidationError as exc:
-        raise UserError(f"node {describe(node)}: probe printed no valid report ({exc.errors()[0]['msg']}); "
+        if not measure_compute:
+            return ProbeReport.model_validate_json(done.stdout), None
+        doc = json.loads(done.stdout)
+        return ProbeReport.model_validate(doc["probe"]), MeasureReport.model_validate(doc["measure"])
+    except (ValidationError, ValueError, KeyError, TypeError) as exc:
+        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+        raise UserError(f"node {describe(node)}: probe printed no valid report ({why[:120]}); "
                         "install the same gpuadvisor version there") from None
 
 
-def _merge_node(hosts_node: Node, report: ProbeReport, notes: list[str]) -> Node:
-    """The probed node, named and reached as in the hosts file; measured/user rates there are kept."""
+def _merge_node(hosts_node: Node, report: ProbeReport, notes: list[str],
+                measured: Optional[MeasureReport] = None) -> Node:
+    """The probed node, named and reached as in the hosts file. Rates: freshly measured (matmul probe on
+    the node) first, then rates the hosts file marks measured/user, then the catalog."""
     cpu_ranks = len(hosts_node.devices) if hosts_node.devices and hosts_node.devices[0].kind == "cpu" else None
     if report.gpus:
         cpu_ranks = None
@@ -67,14 +79,15 @@ def _merge_node(hosts_node: Node, report: ProbeReport, notes: list[str]) -> Node
                         f"the probe found none ({report.nvml_error or 'NVML reports no GPU'}); fix the driver "
                         "or describe the node with cpu_ranks")
     try:
-        built = cluster_from_probe(report, cpu_ranks=cpu_ranks or 1)
+        built = cluster_from_probe(report, cpu_ranks=cpu_ranks or 1, measured=measured)
     except UserError as exc:
         raise UserError(f"node {describe(hosts_node)}: {exc}") from None
     node = built.nodes[0]
     notes.extend(f"{hosts_node.name}: {n}" for n in built.notes)
     devices = node.devices
     given = {d.index: d for d in hosts_node.devices}
-    if devices and devices[0].kind == "cpu":  # keep rates measured for these CPU ranks (cluster file)
+    fresh = devices and devices[0].rate_source == "measured" and measured is not None and measured.matmul
+    if devices and devices[0].kind == "cpu" and not fresh:  # keep rates measured for these CPU ranks (file)
         devices = [d.model_copy(update={k: getattr(given[d.index], k) for k in _KEEP_RATES})
                    if d.index in given and given[d.index].rate_source in ("measured", "user") else d
                    for d in devices]
@@ -102,18 +115,27 @@ def _guess_network(nodes: list[Node], notes: list[str]) -> Optional[Network]:
                    link_speed_gbit_per_s=speed, nic=nodes[0].access.ifname, rate_source="assumed")
 
 
-def probe_cluster(hosts_cluster: Cluster, *, timeout_s: float = 120.0) -> Cluster:
+def probe_cluster(hosts_cluster: Cluster, *, timeout_s: float = 120.0, measure_compute: bool = False,
+                  quick: bool = True) -> Cluster:
     """Probe every node of `hosts_cluster` through its access and merge the results into one Cluster.
 
     Each node keeps its name and access from the hosts cluster; devices, links, NICs and CPU come from
     that node's own probe (CPU ranks: as many as the hosts file gives, with its measured rates). The
     network is the hosts file's, else one assumed from the NIC speed (replace it with
-    `with_network(cluster, internode_measurement(cluster))`). Raises UserError naming the node that failed.
+    `with_network(cluster, internode_measurement(cluster))`). With measure_compute, every node also runs
+    the matmul probe (`probe --measure --probes matmul`, OMP_NUM_THREADS=1: one CPU rank as the trainer
+    runs it) and its measured rate replaces catalog and hosts-file rates; the nodes are measured one after
+    another so that nodes sharing a host (tests, benchmarks) do not share its cores while timing.
+    Raises UserError naming the node that failed.
     """
-    with ThreadPoolExecutor(max_workers=min(8, len(hosts_cluster.nodes))) as pool:
-        reports = list(pool.map(lambda n: probe_node(n, timeout_s), hosts_cluster.nodes))
+    if measure_compute:
+        results = [probe_node(n, max(timeout_s, 300.0), measure_compute=True, quick=quick)
+                   for n in hosts_cluster.nodes]
+    else:
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts_cluster.nodes))) as pool:
+            results = list(pool.map(lambda n: probe_node(n, timeout_s), hosts_cluster.nodes))
     notes: list[str] = list(hosts_cluster.notes)
-    nodes = [_merge_node(h, r, notes) for h, r in zip(hosts_cluster.nodes, reports)]
+    nodes = [_merge_node(h, r, notes, m) for h, (r, m) in zip(hosts_cluster.nodes, results)]
     network = hosts_cluster.network or _guess_network(nodes, notes)
     return Cluster(name=hosts_cluster.name, nodes=nodes, network=network,
                    source=f"probe ({len(nodes)} nodes via access)", notes=notes)
