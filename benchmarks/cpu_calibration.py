@@ -10,6 +10,13 @@ R is the single-thread matmul rate measured here and now by the matmul probe (`g
 gives each CPU rank, so e_max is "trainer GEMM rate / probe rate" and carries over to other CPUs. Each shape
 is timed --repeats times (median). Prints the fitted values and predicted vs measured per shape.
 Usage: python benchmarks/cpu_calibration.py [--steps 6] [--repeats 3]
+
+With --distributed it fits the host costs of the distributed strategies instead, on this host's 2 CPU ranks
+(gloo over loopback, so the network costs little): each plan below is run --repeats times round robin through
+the trial runner, and for each the per-call constant that makes the model's step time equal the measured
+median is solved (the model is linear in it): collective_call_us from DDP (one bucket per step), tp_call_us
+from tensor parallelism (4 collectives per layer), p2p_call_us from the pipeline (exchanges per micro-batch).
+Prints every solution and the median per constant (knowledge/calibration.yaml cpu_ranks).
 """
 from __future__ import annotations
 
@@ -66,10 +73,55 @@ def probe_rate() -> float:
     return float(json.loads(out)["measure"]["matmul"][0]["best_tflops"])
 
 
+#: (constant, context attribute, plan) fitted by --distributed, on the two advice-benchmark GPT shapes
+DIST_PLANS = [("collective_call_us", "call_s", "dp=2,mb=4,m=1"),
+              ("tp_call_us", "tp_call_s", "tp=2,mb=8,m=1"),
+              ("p2p_call_us", "p2p_call_s", "pp=2,mb=8,m=1,schedule=gpipe"),
+              ("p2p_call_us", "p2p_call_s", "pp=2,mb=2,m=4,schedule=1f1b")]
+DIST_SHAPES = [(4, 64, 4, 256, 512, 64), (4, 256, 4, 1024, 512, 64)]
+
+
+def distributed(cluster, args) -> None:
+    """Solve each distributed host-cost constant from measured 2-rank runs (see the module docstring)."""
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.trials.runner import run_trial
+
+    cases = []
+    for L, h, a, f, v, s in DIST_SHAPES:
+        wl = make_workload(model_from_args(layers=L, hidden=h, heads=a, ffn=f, vocab=v, seq=s, name=f"L{L}h{h}"),
+                           seq_len=s, global_batch=8, precision="fp32")
+        cases += [(name, attr, parse_plan(text), wl) for name, attr, text in DIST_PLANS]
+    times: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    for _ in range(args.repeats):  # round robin over the cases: a slow spell hits all alike
+        for i, (_, _, plan, wl) in enumerate(cases):
+            job = TrainerJob(plan=plan, workload=wl, steps=args.steps, warmup=2, device="cpu")
+            with tempfile.TemporaryDirectory() as d:
+                rec = run_trial(job, d, timeout_s=600, nproc=plan.world_size, env={"OMP_NUM_THREADS": "1"})
+            if rec.status != "ok":
+                raise SystemExit(f"{plan.to_string()}: {rec.status}: {rec.error}")
+            times[i].append(statistics.median(statistics.median(r.step_times_s) for r in rec.metrics.ranks))
+    solved: dict[str, list[float]] = {}
+    for i, (name, attr, plan, wl) in enumerate(cases):
+        ctx = make_context(cluster, wl)
+        setattr(ctx, attr, 0.0)
+        t0 = evaluate(plan, ctx).step_s
+        setattr(ctx, attr, 1e-3)
+        per_ms = evaluate(plan, ctx).step_s - t0  # seconds of step per 1 ms of the constant
+        t = statistics.median(times[i])
+        c_us = (t - t0) / per_ms * 1e3
+        solved.setdefault(name, []).append(c_us)
+        print(f"  {wl.model.name} {plan.to_string()}: measured {t * 1e3:7.1f} ms (runs "
+              f"{[round(x * 1e3, 1) for x in times[i]]}), model without host cost {t0 * 1e3:7.1f} ms, "
+              f"{per_ms * 1e3:.1f} calls -> {name} = {c_us:.0f} us", flush=True)
+    for name, vals in solved.items():
+        print(f"fit: {name} = {statistics.median(vals):.0f} us (median of {[round(v) for v in vals]})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--distributed", action="store_true", help="fit the DDP/TP/PP host costs on 2 local ranks")
     args = ap.parse_args()
     rate = probe_rate()
     print(f"matmul probe, 1 thread: best {rate:.4f} TFLOP/s", flush=True)
@@ -78,6 +130,9 @@ def main() -> None:
     devs = [d.model_copy(update={"achieved_tflops": rate, "peak_tflops_fp32": rate, "peak_tflops_bf16": rate})
             for d in node.devices]
     cluster = cluster.model_copy(update={"nodes": [node.model_copy(update={"devices": devs})]})
+    if args.distributed:
+        distributed(cluster, args)
+        return
     rows = []
     for shape in SHAPES:
         runs = [measure(shape, args.steps) for _ in range(args.repeats)]

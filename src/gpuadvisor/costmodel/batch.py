@@ -260,7 +260,7 @@ def _data_parallel(ctx: Context, g: _G, dp, tp, m, zero, off, hpz, zrb, bucket_m
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
     t = g.allreduce(gb_ddp, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
     last = g.allreduce(np.minimum(bucket, gb_ddp), ctx.hier_min)
-    ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention))
+    ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
     # ZeRO (zero_overlap_comm is on for every enumerated plan)
     zgb = n_dev * ctx.zero_gbytes
     zbucket = zrb * ctx.zero_gbytes

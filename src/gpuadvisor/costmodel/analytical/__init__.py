@@ -53,7 +53,8 @@ class Context:
             # CPU ranks (gloo): the measured matmul rate is the large-GEMM rate itself (no tensor-core/fp32 or
             # cuBLAS scaling), and op dispatch / step costs are the CPU trainer's, not CUDA's (cpu_ranks section)
             cr = cal["cpu_ranks"]
-            ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s", "tp_call_us")
+            ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s", "tp_call_us",
+                                                    "collective_call_us", "p2p_call_us", "ddp_step_us")
                            if k in cr}}
             base = dev.achieved_tflops or dev.peak_tflops_fp32
             self.rate_max = base * 1e12 * float(cr["e_max"])
@@ -67,6 +68,8 @@ class Context:
         # a TP collective's host cost (DTensor redistribute + the collective launch); CPU ranks override it
         self.tp_call_s = float(ov.get("tp_call_us", ov["collective_call_us"])) * 1e-6
         self.p2p_call_s = float(ov["p2p_call_us"]) * 1e-6
+        # DDP's per-step host cost that no backward hides (0 for GPUs; CPU ranks over gloo: cpu_ranks section)
+        self.ddp_step_s = float(ov.get("ddp_step_us", 0.0)) * 1e-6
         self.contention, self.bwd_window = float(oh["contention"]), float(oh["backward_window"])
         self.z3_contention = float(oh["zero3_contention"])
         self.contention_by = {k: float(v) for k, v in (oh.get("contention_by_link") or {}).items()}
@@ -246,6 +249,7 @@ def _data_parallel(p: Plan, ctx: Context, e: Eval, n_dev: float, t_mb: float) ->
             t = C.group_allreduce_s(gbytes, g, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
             last = C.group_allreduce_s(min(bucket, gbytes), g, ctx.hier_min)
             exposed = C.overlapped_exposed_s(t, last, window, ctx.contention_by.get(g.kind, ctx.contention))
+            exposed += ctx.ddp_step_s
             sent = 2.0 * (dp - 1) / dp * gbytes
             _add(e.comm, f"dp@{g.kind}", exposed)
         else:
