@@ -60,6 +60,22 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float:
     return s / len(pairs)
 
 
+def resolved_tau(rows: list[dict]) -> tuple[float | None, int]:
+    """Kendall tau over the pairs the measurement orders beyond doubt: their runs do not overlap (every run
+    of one plan faster than every run of the other). Returns (tau, number of such pairs); tau None if none."""
+    s = n = 0
+    for a, b in itertools.combinations(rows, 2):
+        if min(a["runs"]) > max(b["runs"]):
+            fast, slow = a, b
+        elif min(b["runs"]) > max(a["runs"]):
+            fast, slow = b, a
+        else:
+            continue
+        n += 1
+        s += 1 if fast["predicted"] > slow["predicted"] else -1
+    return (round(s / n, 3) if n else None), n
+
+
 def plans_for(cluster, workload):
     """One plan per non-ZeRO shape from the ranking (TP across nodes allowed, to show why it loses)."""
     ranking = rank(cluster, workload, top=40, allow_tp_across_nodes=True)
@@ -84,7 +100,9 @@ def summarize(rows: list[dict]) -> dict:
     by_pred = sorted(ok, key=lambda r: -r["predicted"])
     best = max(ok, key=lambda r: r["measured"])
     pick = by_pred[0]
+    tau_res, n_res = resolved_tau(ok)
     return {"tau": round(kendall_tau(pred, meas), 3), "regret": round(best["measured"] / pick["measured"] - 1, 3),
+            "tau_resolved": tau_res, "pairs_resolved": n_res,
             "trials_to_best": by_pred.index(best) + 1, "n": len(ok), "pick": pick["strategy"],
             "best": best["strategy"],
             "measured_order": [r["strategy"] for r in sorted(ok, key=lambda r: -r["measured"])],
@@ -161,12 +179,13 @@ def main(argv=None) -> int:
 
 def markdown(results: dict) -> str:
     """The per-setting table and the flip line."""
-    lines = ["| link | model | measured net GB/s | plans | Kendall tau | regret of pick | trials to best | "
-             "pick | measured order (fastest first) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | model | measured net GB/s | plans | Kendall tau | tau, resolved pairs (n) | regret of pick | "
+             "trials to best | pick | measured order (fastest first) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in results["settings"]:
         sm = s["summary"]
         lines.append(f"| {s['rate']} | {s['model']} | {s['network']['bandwidth_gb_per_s']:.3g} | {sm['n']} | "
-                     f"{sm['tau']} | {sm['regret']} | {sm['trials_to_best']} | {sm.get('pick')} | "
+                     f"{sm['tau']} | {sm.get('tau_resolved')} ({sm.get('pairs_resolved')}) | {sm['regret']} | "
+                     f"{sm['trials_to_best']} | {sm.get('pick')} | "
                      f"{' > '.join(sm.get('measured_order', []))} |")
     return "\n".join(lines)
 
