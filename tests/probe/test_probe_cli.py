@@ -74,6 +74,7 @@ def test_topo_file_json_includes_topology(host, capsys):
      (["--probes", "matmul"], "--probes only applies with --measure"),
      (["--measure", "--probes", "matmul,gemm"], "--probes: unknown probe(s) ['gemm']"),
      (["--measure", "--probes", ","], "--probes: unknown probe(s)"),
+     (["--cluster", "hosts.yaml", "--measure", "--probes", "matmul"], "--probes does not apply with --cluster"),
      (["--cpu-ranks", "0", "--save", "x.yaml"], "--cpu-ranks must be at least 1")],
 )
 def test_user_errors_are_one_line(host, capsys, argv, needle):

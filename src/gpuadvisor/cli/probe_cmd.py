@@ -148,11 +148,11 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
     if args.topo_file or args.cpu_ranks is not None:
         raise UserError("--topo-file and --cpu-ranks describe this host; with --cluster put them in the hosts file")
-    hosts = load_cluster(args.cluster)
-    require_ok(preflight(hosts, port=args.port if args.measure and len(hosts.nodes) > 1 else None))
     if args.probes is not None:
         raise UserError("--probes does not apply with --cluster: --measure runs matmul on every node and "
                         "collectives between the nodes; drop --probes")
+    hosts = load_cluster(args.cluster)
+    require_ok(preflight(hosts, port=args.port if args.measure and len(hosts.nodes) > 1 else None))
     cluster = probe_cluster(hosts, measure_compute=args.measure, quick=args.quick)
     warnings: list[str] = []
     if args.measure and len(cluster.nodes) > 1:
