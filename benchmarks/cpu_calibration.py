@@ -14,7 +14,7 @@ Usage: python benchmarks/cpu_calibration.py [--steps 6] [--repeats 3]
 With --distributed it fits the host costs of the distributed strategies instead, on this host's 2 CPU ranks
 (gloo over loopback, so the network costs little): each plan below is run --repeats times round robin through
 the trial runner, and for each the per-call constant that makes the model's step time equal the measured
-median is solved (the model is linear in it): collective_call_us from DDP (one bucket per step), tp_call_us
+median is solved (the model is linear in it): ddp_step_us from DDP (one bucket per step), tp_call_us
 from tensor parallelism (4 collectives per layer), p2p_call_us from the pipeline (exchanges per micro-batch).
 Prints every solution and the median per constant (knowledge/calibration.yaml cpu_ranks).
 """
@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-import statistics
 
 from gpuadvisor.costmodel.analytical import evaluate
 from gpuadvisor.costmodel.combine import make_context
@@ -74,7 +74,7 @@ def probe_rate() -> float:
 
 
 #: (constant, context attribute, plan) fitted by --distributed, on the two advice-benchmark GPT shapes
-DIST_PLANS = [("collective_call_us", "call_s", "dp=2,mb=4,m=1"),
+DIST_PLANS = [("ddp_step_us", "ddp_step_s", "dp=2,mb=4,m=1"),
               ("tp_call_us", "tp_call_s", "tp=2,mb=8,m=1"),
               ("p2p_call_us", "p2p_call_s", "pp=2,mb=8,m=1,schedule=gpipe"),
               ("p2p_call_us", "p2p_call_s", "pp=2,mb=2,m=4,schedule=1f1b")]

@@ -86,7 +86,7 @@ def _merge_node(hosts_node: Node, report: ProbeReport, notes: list[str],
     notes.extend(f"{hosts_node.name}: {n}" for n in built.notes)
     devices = node.devices
     given = {d.index: d for d in hosts_node.devices}
-    fresh = devices and devices[0].rate_source == "measured" and measured is not None and measured.matmul
+    fresh = measured is not None and bool(measured.matmul)
     if devices and devices[0].kind == "cpu" and not fresh:  # keep rates measured for these CPU ranks (file)
         devices = [d.model_copy(update={k: getattr(given[d.index], k) for k in _KEEP_RATES})
                    if d.index in given and given[d.index].rate_source in ("measured", "user") else d

@@ -54,7 +54,7 @@ class Context:
             # cuBLAS scaling), and op dispatch / step costs are the CPU trainer's, not CUDA's (cpu_ranks section)
             cr = cal["cpu_ranks"]
             ov = {**ov, **{k: cr[k] for k in ("kernels_per_layer", "launch_us", "step_overhead_s", "tp_call_us",
-                                                    "collective_call_us", "p2p_call_us", "ddp_step_us")
+                                                    "p2p_call_us", "ddp_step_us")
                            if k in cr}}
             base = dev.achieved_tflops or dev.peak_tflops_fp32
             self.rate_max = base * 1e12 * float(cr["e_max"])
