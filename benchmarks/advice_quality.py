@@ -3,23 +3,28 @@
 
 For each inter-node link speed (tc-shaped veth between two network namespaces, 1 CPU rank per node)
 and each model size: probe the nodes through their access with the compute measurement on (the matmul
-probe per node, as `gpuadvisor probe --cluster --measure` does), measure the inter-node network, rank the
-plans with `gpuadvisor.ranking.rank` on that measured cluster, run every feasible non-ZeRO plan shape
-for real (`trials.multinode.run_trial_multinode`), and report
+probe per node, as `gpuadvisor probe --cluster --measure` does), measure the inter-node network, predict
+every feasible non-ZeRO layout the advisor enumerates on that measured cluster (single rank, DP, PP, TP
+across the nodes; every micro-batch size and count and pipeline schedule; see plans_for), run each for real
+(`trials.multinode.run_trial_multinode`), --repeats times round robin, and report per setting
 
-* Kendall tau between predicted and measured throughput,
+* Kendall tau between predicted and measured throughput (all plans; over the pairs the runs order beyond
+  doubt; over each shape's best-predicted plan only, the ranking `gpuadvisor suggest` shows),
 * regret of the top pick: measured best / measured of the advisor's pick - 1,
 * trials a confirm (running plans in predicted order) needs to reach the measured best,
 * the measured ordering, so a strategy that wins on a fast link and loses on a slow one shows.
 
-Needs root (ip netns, tc). Results go to --out (JSON, written after every trial) and a Markdown
-table on stdout. Example: `python benchmarks/advice_quality.py --rates 50mbit,1gbit,none --steps 4`.
+Fast plans get more timed steps (--min-seconds of timed window by the prediction), so a 0.3M model is not
+timed over 0.2 s. Needs root (ip netns, tc). Results go to --out (JSON, written after every setting) and two
+Markdown tables on stdout. Example:
+`python benchmarks/advice_quality.py --steps 3 --min-seconds 1.5 --repeats 3` (about 55 minutes on 2 cores).
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
+import math
 import signal
 import statistics
 import sys
@@ -32,10 +37,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from multinode.emucluster import EmulatedCluster, clean_stale, unavailable_reason  # noqa: E402
 
-from gpuadvisor.costmodel.combine import estimate  # noqa: E402
+from gpuadvisor.candidates import SearchSpace, enumerate_rows, row_plan  # noqa: E402
+from gpuadvisor.costmodel.combine import estimate, fast_eval, make_context, to_estimate  # noqa: E402
+from gpuadvisor.costmodel.rules import load_rules  # noqa: E402
 from gpuadvisor.hardware.cluster_file import load_cluster  # noqa: E402
 from gpuadvisor.launch.build import make_job  # noqa: E402
-from gpuadvisor.ranking import rank  # noqa: E402
 from gpuadvisor.remote.cluster_probe import internode_measurement, probe_cluster, with_network  # noqa: E402
 from gpuadvisor.remote.preflight import preflight, require_ok  # noqa: E402
 from gpuadvisor.schemas import ModelSpec, TrainingSettings, Workload  # noqa: E402
@@ -76,18 +82,42 @@ def resolved_tau(rows: list[dict]) -> tuple[float | None, int]:
     return (round(s / n, 3) if n else None), n
 
 
-def plans_for(cluster, workload):
-    """One plan per non-ZeRO shape from the ranking (TP across nodes allowed, to show why it loses)."""
-    ranking = rank(cluster, workload, top=40, allow_tp_across_nodes=True)
-    seen, plans = set(), []
-    for e in ranking.top:
-        p = e.plan
-        key = (p.dp, p.tp, p.pp, p.nodes)
-        if p.zero_stage or key in seen or (p.nodes == 1 and p.world_size > 1):
+def plans_for(cluster, workload, every: bool = True):
+    """The plans to measure, [(plan, predicted tokens/s, variant)], variant 0 = the best-predicted plan of its
+    shape (single, dp, pp, tp; TP across nodes allowed, to show why it loses).
+
+    every=False: one plan per shape, as `gpuadvisor suggest` ranks them. every=True: every feasible non-ZeRO
+    layout the advisor enumerates (micro-batch size and count, pipeline schedule), less the knobs that only
+    trade speed for memory (activation recompute, sequence parallelism, bucket size: each is the same layout
+    with extra work or an unchanged step here) and less plans the model predicts identically to one already
+    kept (GPipe = 1F1B at pp 2), whose order no measurement could check."""
+    ctx = make_context(cluster, workload)
+    rows = enumerate_rows(cluster, workload, allow_tp_across_nodes=True, space=SearchSpace())
+    rules = load_rules()
+    shapes: dict[tuple, list] = {}
+    for row in rows:
+        p = row_plan(row)
+        if p.zero_stage or p.recompute or p.sequence_parallel or (p.nodes == 1 and p.world_size > 1):
             continue
-        seen.add(key)
-        plans.append((p, e.tokens_per_s))
+        e = to_estimate(fast_eval(p, ctx, rules), ctx)
+        if not e.feasible:
+            continue
+        variants = shapes.setdefault((p.dp, p.tp, p.pp, p.nodes), [])
+        if all(abs(e.tokens_per_s - t) > 1e-6 * t for _, t in variants):
+            variants.append((p, e.tokens_per_s))
+    plans = []
+    for variants in shapes.values():
+        variants.sort(key=lambda v: -v[1])
+        plans += [(p, t, k) for k, (p, t) in enumerate(variants if every else variants[:1])]
     return plans
+
+
+def steps_for(predicted_tokens_per_s: float, tokens_per_step: int, *, min_steps: int, min_seconds: float,
+              max_steps: int = 400) -> int:
+    """Timed steps so that the timed window lasts about min_seconds by the prediction (at least min_steps):
+    a fixed step count times a 0.3M model for 0.2 s, where one scheduler hiccup moves the result by 20%."""
+    step_s = tokens_per_step / max(predicted_tokens_per_s, 1e-9)
+    return max(min_steps, min(max_steps, math.ceil(min_seconds / step_s)))
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -101,19 +131,36 @@ def summarize(rows: list[dict]) -> dict:
     best = max(ok, key=lambda r: r["measured"])
     pick = by_pred[0]
     tau_res, n_res = resolved_tau(ok)
-    return {"tau": round(kendall_tau(pred, meas), 3), "regret": round(best["measured"] / pick["measured"] - 1, 3),
+    best_of_shape = [r for r in ok if r.get("variant", 0) == 0]
+    tau_shapes = (round(kendall_tau([r["predicted"] for r in best_of_shape], [r["measured"] for r in best_of_shape]),
+                        3) if len(best_of_shape) > 1 else None)
+    return {"tau": round(kendall_tau(pred, meas), 3), "tau_shapes": tau_shapes,
+            "regret": round(best["measured"] / pick["measured"] - 1, 3),
             "tau_resolved": tau_res, "pairs_resolved": n_res,
-            "trials_to_best": by_pred.index(best) + 1, "n": len(ok), "pick": pick["strategy"],
-            "best": best["strategy"],
-            "measured_order": [r["strategy"] for r in sorted(ok, key=lambda r: -r["measured"])],
-            "predicted_order": [r["strategy"] for r in by_pred]}
+            "trials_to_best": by_pred.index(best) + 1, "n": len(ok), "pick": _label(pick),
+            "best": _label(best),
+            "measured_order": [_label(r) for r in sorted(ok, key=lambda r: -r["measured"])],
+            "predicted_order": [_label(r) for r in by_pred]}
+
+
+def _label(row: dict) -> str:
+    """Short name of a measured plan: shape, micro-batch size x count, pipeline schedule (e.g. 'pp 2x4 il')."""
+    if "mb" not in row:
+        return row["strategy"]
+    sched = {"1f1b": "", "gpipe": " gpipe", "interleaved": " il"}.get(row.get("schedule") or "1f1b", "")
+    return f"{row['strategy']} {row['mb']}x{row['m']}{sched if row['strategy'] == 'pp' else ''}"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="50mbit,1gbit,none", help="tc rates per setting; 'none' = unshaped")
     ap.add_argument("--models", default=",".join(MODELS), help=f"subset of {','.join(MODELS)}")
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4, help="fewest timed steps per trial")
+    ap.add_argument("--min-seconds", type=float, default=0.0,
+                    help="more timed steps where the plan is fast, so the timed window lasts about this long by "
+                         "the prediction (at most 400 steps); 0 = always --steps")
+    ap.add_argument("--shapes-only", action="store_true",
+                    help="measure one plan per shape (the best-predicted) instead of every feasible non-ZeRO layout")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=240)
@@ -144,26 +191,35 @@ def main(argv=None) -> int:
             for model in args.models.split(","):
                 wl = Workload(model=MODELS[model], training=TrainingSettings(
                     seq_len=args.seq, global_batch=args.batch, precision="fp32"))
-                plans = plans_for(cluster, wl)
+                plans = plans_for(cluster, wl, every=not args.shapes_only)
                 runs: dict[int, list] = {i: [] for i in range(len(plans))}
+                steps = [steps_for(pred, args.batch * args.seq, min_steps=args.steps, min_seconds=args.min_seconds)
+                         for _, pred, _ in plans]
+                for (plan, pred, variant), n in zip(plans, steps):
+                    print(f"{rate:>7} {model:>10} plan {plan.to_string()}: predicted {pred:9.0f} tok/s, {n} steps",
+                          flush=True)
                 for rep in range(args.repeats):  # round robin: a slow spell of the host hits every plan alike
-                    for i, (plan, _) in enumerate(plans):
-                        job = make_job(plan, wl, steps=args.steps, warmup=1).model_copy(update={"device": "cpu"})
+                    for i, (plan, pred, variant) in enumerate(plans):
+                        job = make_job(plan, wl, steps=steps[i], warmup=min(3, max(1, steps[i] // 10))).model_copy(
+                            update={"device": "cpu"})
                         runs[i].append(run_trial_multinode(
-                            job, cluster, work / f"{rate}-{model}-{plan.strategy}-{rep}", timeout_s=args.timeout,
-                            port=PORT, check=False, env={"OMP_NUM_THREADS": "1"}))
+                            job, cluster, work / f"{rate}-{model}-{plan.strategy}{variant}-{rep}",
+                            timeout_s=args.timeout, port=PORT, check=False, env={"OMP_NUM_THREADS": "1"}))
                 rows = []
-                for i, (plan, _) in enumerate(plans):
+                for i, (plan, _, variant) in enumerate(plans):
                     pred = estimate(plan, cluster, wl).tokens_per_s
                     recs = runs[i]
                     ok = [r.measured_tokens_per_s for r in recs if r.status == "ok" and r.measured_tokens_per_s]
                     rec = next((r for r in recs if r.status != "ok"), recs[-1]) if not ok else recs[-1]
-                    rows.append({"strategy": plan.strategy, "plan": plan.to_string(), "predicted": round(pred, 1),
+                    rows.append({"strategy": plan.strategy, "variant": variant, "plan": plan.to_string(),
+                                 "mb": plan.micro_batch_size, "m": plan.num_micro_batches, "schedule": plan.pp_schedule,
+                                 "predicted": round(pred, 1), "steps": steps[i],
                                  "measured": ok and round(statistics.median(ok), 1),
                                  "runs": [round(x, 1) for x in ok],
                                  "status": "ok" if ok else rec.status, "error": None if ok else rec.error,
                                  "trial_s": sum(r.duration_s for r in recs)})
-                    print(f"{rate:>7} {model:>10} {plan.strategy:>6}: predicted {pred:9.0f} tok/s, measured "
+                    print(f"{rate:>7} {model:>10} {_label(rows[-1]):>15}: predicted {pred:9.0f} "
+                          f"tok/s, measured "
                           f"{rows[-1]['measured'] or 0:9.0f} ({rows[-1]['status']}, median of {len(ok)}: "
                           f"{rows[-1]['runs']})", flush=True)
                 setting = {"rate": rate, "model": model, "network": m.network.model_dump(),
@@ -178,15 +234,30 @@ def main(argv=None) -> int:
 
 
 def markdown(results: dict) -> str:
-    """The per-setting table and the flip line."""
-    lines = ["| link | model | measured net GB/s | plans | Kendall tau | tau, resolved pairs (n) | regret of pick | "
-             "trials to best | pick | measured order (fastest first) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """Two tables: per setting the summary (tau, regret, trials to the best, the measured order's top 5), then per
+    setting predicted / measured tokens/s (median and range) of each shape's best-predicted plan, where a
+    strategy that wins on one link and loses on another (the ordering flip) shows."""
+    lines = ["| link | model | measured net GB/s | plans | Kendall tau | tau, resolved pairs (n) | tau, best per "
+             "shape | regret of pick | trials to best | pick | measured order, top 5 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in results["settings"]:
         sm = s["summary"]
+        order = sm.get("measured_order", [])
         lines.append(f"| {s['rate']} | {s['model']} | {s['network']['bandwidth_gb_per_s']:.3g} | {sm['n']} | "
-                     f"{sm['tau']} | {sm.get('tau_resolved')} ({sm.get('pairs_resolved')}) | {sm['regret']} | "
-                     f"{sm['trials_to_best']} | {sm.get('pick')} | "
-                     f"{' > '.join(sm.get('measured_order', []))} |")
+                     f"{sm['tau']} | {sm.get('tau_resolved')} ({sm.get('pairs_resolved')}) | {sm.get('tau_shapes')} | "
+                     f"{sm['regret']} | {sm['trials_to_best']} | {sm.get('pick')} | "
+                     f"{' > '.join(order[:5])}{' > ...' if len(order) > 5 else ''} |")
+    lines += ["", "| link | model | single | dp | pp | tp |", "|---|---|---|---|---|---|"]
+    for s in results["settings"]:
+        cells = []
+        for strategy in ("single", "dp", "pp", "tp"):
+            r = next((r for r in s["rows"] if r["strategy"] == strategy and r.get("variant", 0) == 0), None)
+            if r is None or not r["runs"]:
+                cells.append("-" if r is None else f"{r['predicted']:.0f} / {r['status']}")
+            else:
+                cells.append(f"{_label(r)}: {r['predicted']:.0f} / {r['measured']:.0f} "
+                             f"({min(r['runs']):.0f}-{max(r['runs']):.0f})")
+        lines.append(f"| {s['rate']} | {s['model']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
