@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from multinode.emucluster import EmulatedCluster, clean_stale, unavailable_reason  # noqa: E402
 
 from gpuadvisor.candidates import SearchSpace, enumerate_rows, row_plan  # noqa: E402
-from gpuadvisor.costmodel.combine import estimate, fast_eval, make_context, to_estimate  # noqa: E402
+from gpuadvisor.costmodel.combine import fast_eval, make_context, to_estimate  # noqa: E402
 from gpuadvisor.costmodel.rules import load_rules  # noqa: E402
 from gpuadvisor.hardware.cluster_file import load_cluster  # noqa: E402
 from gpuadvisor.launch.build import make_job  # noqa: E402
@@ -206,8 +206,7 @@ def main(argv=None) -> int:
                             job, cluster, work / f"{rate}-{model}-{plan.strategy}{variant}-{rep}",
                             timeout_s=args.timeout, port=PORT, check=False, env={"OMP_NUM_THREADS": "1"}))
                 rows = []
-                for i, (plan, _, variant) in enumerate(plans):
-                    pred = estimate(plan, cluster, wl).tokens_per_s
+                for i, (plan, pred, variant) in enumerate(plans):
                     recs = runs[i]
                     ok = [r.measured_tokens_per_s for r in recs if r.status == "ok" and r.measured_tokens_per_s]
                     rec = next((r for r in recs if r.status != "ok"), recs[-1]) if not ok else recs[-1]
