@@ -93,7 +93,8 @@ def test_tau_over_best_of_each_shape_ignores_other_variants():
     rows = [_row("single", 3.0, [300]), _row("dp", 2.0, [200]), {**_row("dp", 1.0, [400]), "variant": 1}]
     s = aq.summarize(rows)
     assert s["tau_shapes"] == 1.0  # single > dp, as predicted
-    assert s["tau"] == pytest.approx(-1 / 3, abs=1e-3)  # the dp variant predicted last measured first: 2 of 3 pairs wrong
+    # the dp variant predicted last ran first: 2 of 3 pairs wrong
+    assert s["tau"] == pytest.approx(-1 / 3, abs=1e-3)
     assert s["best"] == "dp" and s["trials_to_best"] == 3
 
 
@@ -103,6 +104,7 @@ def test_markdown_shows_summary_and_each_shapes_best_plan():
             {**_row("pp", 1.0, [100]), "variant": 1, "mb": 8, "m": 1, "schedule": "gpipe"}]
     text = aq.markdown({"settings": [{"rate": "1gbit", "model": "m", "network": {"bandwidth_gb_per_s": 0.1},
                                       "rows": rows, "summary": aq.summarize(rows)}]})
-    assert "| 1gbit | m | 0.1 | 3 | 1.0 | 1.0 (3) | 1.0 | 0.0 | 1 | single 8x1 | single 8x1 > pp 2x4 il > pp 8x1 gpipe |" \
-        in text
+    summary = ("| 1gbit | m | 0.1 | 3 | 1.0 | 1.0 (3) | 1.0 | 0.0 | 1 | single 8x1 | "
+               "single 8x1 > pp 2x4 il > pp 8x1 gpipe |")
+    assert summary in text
     assert "| 1gbit | m | single 8x1: 3 / 300 (290-310) | - | pp 2x4 il: 2 / 200 (150-210) | - |" in text
