@@ -25,6 +25,17 @@ def unreadable(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def _free_pci_slot(root: Path, domain: str) -> Path:
+    """The first unused PCI function directory under /sys/devices/<domain> (each device gets its own; a slot
+    from hash(name) collided for 1 in 90 PYTHONHASHSEEDs, and one NIC then overwrote the other's numa_node)."""
+    bus = domain.split("pci0000:")[1]
+    for slot in range(0x10, 0x100):
+        pci = root / "sys" / "devices" / domain / f"0000:{bus}:{slot:02x}.0"
+        if not pci.exists():
+            return pci
+    raise RuntimeError(f"no free PCI slot left under {domain}")
+
+
 def netdev(root: Path, name: str, *, speed: Optional[str] = "100000", mtu: str = "9000", state: str = "up",
            driver: Optional[str] = "mlx5_core", numa: Optional[str] = "1", virtual: bool = False,
            arptype: str = "1", flags: str = "0x1003") -> Path:
@@ -32,7 +43,7 @@ def netdev(root: Path, name: str, *, speed: Optional[str] = "100000", mtu: str =
     if virtual:
         real = root / "sys" / "devices" / "virtual" / "net" / name
     else:
-        pci = root / "sys" / "devices" / "pci0000:00" / f"0000:00:{abs(hash(name)) % 90 + 10:02x}.0"
+        pci = _free_pci_slot(root, "pci0000:00")
         real = pci / "net" / name
         if numa is not None:
             write(pci / "numa_node", numa + "\n")
@@ -60,7 +71,7 @@ def netdev(root: Path, name: str, *, speed: Optional[str] = "100000", mtu: str =
 def ib_device(root: Path, name: str, ports: dict[int, tuple[str, str, str]], *, numa: str = "0",
               driver: str = "mlx5_core", netdevs: tuple[str, ...] = ()) -> Path:
     """/sys/class/infiniband/<name> with ports {n: (rate, link_layer, state)} and optional sibling netdevs."""
-    pci = root / "sys" / "devices" / "pci0000:80" / f"0000:80:{abs(hash(name)) % 90 + 10:02x}.0"
+    pci = _free_pci_slot(root, "pci0000:80")
     write(pci / "numa_node", numa + "\n")
     drv = root / "sys" / "bus" / "pci" / "drivers" / driver
     drv.mkdir(parents=True, exist_ok=True)
