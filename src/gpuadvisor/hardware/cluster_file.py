@@ -485,6 +485,23 @@ def load_cluster(path: Union[str, Path]) -> Cluster:
         raise UserError(f"{fname}: {' '.join(str(exc).split())}") from None
 
 
+def cluster_from_dict(data: dict, *, name: str = "cluster", source: Optional[str] = None) -> Cluster:
+    """A Cluster from a concise cluster-file document already in memory (a dict as YAML would load it).
+
+    Same rules as load_cluster; errors are one-line UserErrors naming the field (no line numbers).
+    """
+    try:
+        doc = ClusterFile.model_validate(data)
+    except ValidationError as exc:
+        raise _pydantic_error(name, exc, {}) from None
+    try:
+        return expand(doc, default_name=name, source=source or doc.source or f"dict:{name}")
+    except _FieldError as exc:
+        raise _user_error(name, exc.loc, exc.msg, {}) from None
+    except ValidationError as exc:
+        raise UserError(f"{name}: {' '.join(str(exc).split())}") from None
+
+
 def save_cluster(cluster: Cluster, path: Union[str, Path]) -> Path:
     """Write the full form of `cluster` (YAML, or JSON when the name ends in .json); load_cluster reads it back."""
     path = Path(path)

@@ -1,0 +1,183 @@
+"""Predict every public run with the current cost model and summarise the accuracy per source.
+
+The cost model is reached only through `gpuadvisor.api.predict`; inputs come from mapping.to_inputs.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import statistics
+from typing import Collection, Iterable, Optional
+
+from ..errors import UserError
+from .load import PublicRun
+from .mapping import Unsupported, to_inputs
+from .metrics import kendall_tau, mape, megatron_flops_per_token, regret
+
+#: Rows with the same key ran the same job (model, GPUs, batch): their configs are ranked against each other.
+GROUP_FIELDS = ("source_id", "model_name", "gpu", "gpus", "global_batch", "seq_len")
+MIN_GROUP = 3
+TAU_GOOD = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One run: skipped (reasons), or predicted (seconds per step; inf where the model says it does not fit)."""
+
+    run: PublicRun
+    reasons: tuple[str, ...] = ()
+    plan: str = ""
+    predicted_s: Optional[float] = None
+    infeasible_reason: Optional[str] = None
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def used(self) -> bool:
+        return not self.reasons
+
+    @property
+    def timed(self) -> bool:
+        """Predicted with a finite step time (the model thinks it fits)."""
+        return self.used and self.predicted_s is not None and math.isfinite(self.predicted_s)
+
+    @property
+    def measured_s(self) -> float:
+        return float(self.run.measured_iter_time_s or 0.0)
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured step time."""
+        return (self.predicted_s or math.inf) / self.measured_s
+
+
+def evaluate_runs(runs: Iterable[PublicRun], approximate: Collection[str] = ()) -> list[Outcome]:
+    """Map and predict every run (skipped ones keep their Unsupported reasons)."""
+    from ..api import predict
+
+    out = []
+    for run in runs:
+        try:
+            inputs = to_inputs(run, approximate)
+        except Unsupported as exc:
+            out.append(Outcome(run, reasons=exc.reasons))
+            continue
+        try:
+            est = predict(inputs.workload, inputs.plan, cluster=inputs.cluster)
+        except (ValueError, UserError) as exc:
+            out.append(Outcome(run, reasons=(f"cost model refuses: {str(exc).splitlines()[0][:80]}",),
+                               plan=inputs.plan.to_string()))
+            continue
+        out.append(Outcome(run, plan=inputs.plan.to_string(), predicted_s=float(est.step_time_s),
+                           infeasible_reason=None if est.feasible else est.infeasible_reason,
+                           assumptions=inputs.assumptions))
+    return out
+
+
+def group_key(run: PublicRun) -> tuple:
+    return tuple(getattr(run, f) for f in GROUP_FIELDS)
+
+
+def _groups(outcomes: list[Outcome]) -> list[list[Outcome]]:
+    by: dict[tuple, list[Outcome]] = collections.defaultdict(list)
+    for o in outcomes:
+        if o.used:
+            by[group_key(o.run)].append(o)
+    return [g for g in by.values() if len(g) >= MIN_GROUP]
+
+
+def group_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[float]]:
+    """(Kendall tau-b, regret) of one group; rows the model calls out of memory rank last, never first."""
+    meas = [o.measured_s for o in group]
+    pred = [o.predicted_s if o.timed else math.inf for o in group]
+    finite = [p for p in pred if math.isfinite(p)]
+    big = 10.0 * max(finite) if finite else 1.0
+    tau = kendall_tau(meas, [p if math.isfinite(p) else big for p in pred])
+    reg = regret(meas, pred) if finite else None
+    return tau, reg
+
+
+def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
+    """Coverage and accuracy figures of a set of outcomes (one source, or all)."""
+    used = [o for o in outcomes if o.used]
+    timed = [o for o in used if o.timed]
+    reasons: collections.Counter = collections.Counter(r for o in outcomes for r in o.reasons)
+    scores = [group_scores(g) for g in _groups(outcomes)]
+    taus = [t for t, _ in scores if t is not None]
+    regrets = [r for _, r in scores if r is not None]
+    return {
+        "rows": len(outcomes), "used": len(used), "skipped": len(outcomes) - len(used),
+        "predicted_oom": len(used) - len(timed),
+        "mape_pct": mape([o.measured_s for o in timed], [o.predicted_s for o in timed]) if timed else None,
+        "median_ratio": statistics.median(o.ratio for o in timed) if timed else None,
+        "groups": len(scores), "tau_median": statistics.median(taus) if taus else None,
+        "tau_good_frac": sum(t >= TAU_GOOD for t in taus) / len(taus) if taus else None,
+        "regret_max_pct": 100 * max(regrets) if regrets else None,
+        "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
+        "top_skip_reasons": reasons.most_common(top_reasons),
+    }
+
+
+def by_source(outcomes: list[Outcome]) -> dict[str, dict]:
+    """summarize() per source_id (file order), plus 'ALL'."""
+    ids = list(dict.fromkeys(o.run.source_id for o in outcomes))
+    out = {sid: summarize([o for o in outcomes if o.run.source_id == sid]) for sid in ids}
+    out["ALL"] = summarize(outcomes, top_reasons=8)
+    return out
+
+
+def worst(outcomes: list[Outcome], n: int = 10) -> list[Outcome]:
+    """The n timed rows with the largest |log(predicted / measured)|."""
+    timed = [o for o in outcomes if o.timed]
+    return sorted(timed, key=lambda o: -abs(math.log(o.ratio)))[:n]
+
+
+def loso_mape(outcomes: list[Outcome]) -> dict[str, Optional[float]]:
+    """Leave-one-source-out: MAPE of each source after a multiplicative bias fitted on the other sources.
+
+    The bias is the geometric mean of measured/predicted over the other sources' timed rows; it changes
+    no ranking (tau, regret), only the level.
+    """
+    timed = [o for o in outcomes if o.timed]
+    out: dict[str, Optional[float]] = {}
+    for sid in dict.fromkeys(o.run.source_id for o in timed):
+        rest = [o for o in timed if o.run.source_id != sid]
+        mine = [o for o in timed if o.run.source_id == sid]
+        if not rest:
+            out[sid] = None
+            continue
+        bias = math.exp(statistics.fmean(-math.log(o.ratio) for o in rest))
+        out[sid] = mape([o.measured_s for o in mine], [o.predicted_s * bias for o in mine])
+    return out
+
+
+MEGATRON_WEAK_SCALING = "megatron_h100_weak_scaling_table"
+
+
+def megatron_tflops_check(outcomes: list[Outcome], tolerance: float = 0.15) -> list[dict]:
+    """Predicted vs published TFLOP/s per GPU for the Megatron weak-scaling rows, with the row's FLOP count.
+
+    Uses Megatron's num_floating_point_operations (the rows' metric_definition); a row whose published
+    tokens/s and TFLOP/s disagree with that count by more than 1 % is reported without a verdict.
+    """
+    rows = []
+    for o in outcomes:
+        r = o.run
+        if r.source_id != MEGATRON_WEAK_SCALING or "12*B*s*L*h^2" not in r.metric_definition.replace(" ", ""):
+            continue
+        if not (r.layers and r.hidden and r.heads and r.ffn_hidden and r.vocab and r.seq_len and r.gpus):
+            continue
+        fpt = megatron_flops_per_token(r.layers, r.hidden, r.heads, r.kv_heads or r.heads, r.ffn_hidden, r.vocab,
+                                       r.seq_len)
+        published = r.tflops_per_gpu
+        consistent = bool(published and r.tokens_per_s_per_gpu
+                          and abs(fpt * r.tokens_per_s_per_gpu / 1e12 / published - 1) <= 0.01)
+        predicted = None
+        if o.timed and r.global_batch:
+            predicted = fpt * r.global_batch * r.seq_len / (o.predicted_s * r.gpus) / 1e12
+        ratio = predicted / published if predicted and published else None
+        rows.append({"ref": r.ref, "model": r.model_name, "gpus": r.gpus, "published_tflops": published,
+                     "predicted_tflops": predicted, "ratio": ratio, "flop_count_consistent": consistent,
+                     "within": bool(ratio and consistent and abs(ratio - 1) <= tolerance),
+                     "status": "ok" if o.timed else ("; ".join(o.reasons) or o.infeasible_reason or "")})
+    return rows

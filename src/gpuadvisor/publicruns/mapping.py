@@ -1,0 +1,404 @@
+"""Turn a PublicRun into the cost model's inputs (Cluster, Workload, Plan), or say why it cannot.
+
+One function per mapping concern (GPU, intra-node topology, network, model shape, precision, sharding,
+recompute, batch, placement), so each can be extended when the cost model learns more. What today's
+schemas cannot express raises Unsupported with a short reason; LIMITS lists those that have a stated
+approximation, which `to_inputs(run, approximate=[...])` applies instead of refusing (and records in
+RunInputs.assumptions).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from typing import Collection, NamedTuple, Optional
+
+from ..errors import UserError
+from ..hardware.cluster_file import cluster_from_dict
+from ..knowledge import GpuSpec, gpu_spec, load_links
+from ..schemas import Cluster, Plan, Workload
+from ..schemas.workload import ModelSpec, TrainingSettings
+from .load import PublicRun
+
+
+class Unsupported(ValueError):
+    """The run needs something the cost model or its schemas cannot represent today.
+
+    `reasons` lists every blocker found (to_inputs checks each concern), the message joins them.
+    """
+
+    def __init__(self, *reasons: str):
+        super().__init__("; ".join(reasons))
+        self.reasons: tuple[str, ...] = reasons
+
+
+#: Limits that have a stated approximation: name -> what `approximate=[name]` does instead of refusing.
+LIMITS: dict[str, str] = {
+    "micro-batch": "micro-batch not stated -> 1 sequence per micro-step",
+    "recompute-unstated": "activation checkpointing not stated -> none",
+    "selective-recompute": "selective recompute -> none (Plan has full recompute only; selective "
+                           "recomputes only the attention core)",
+    "zero-with-tp-pp": "ZeRO / distributed optimizer with TP or PP -> plain data parallel "
+                       "(Plan allows ZeRO with pure DP only)",
+    "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
+}
+
+#: Precision words the cost model cannot price (it has bf16/fp16/fp32 only).
+LOW_PRECISION = re.compile(r"fp8|float8|fp4|nvfp4|mxfp8|fp6", re.IGNORECASE)
+
+#: Published GPU names -> catalog key and what the choice assumes. Names not here go to gpu_spec() as is.
+GPU_ALIASES: tuple[tuple[str, str, str], ...] = (
+    (r"^A100 40GB", "a100-sxm-40gb", "A100 40GB form factor not stated: SXM assumed (8-GPU nodes)"),
+    (r"^A100 80GB", "a100-sxm-80gb", "A100 80GB form factor not stated: SXM assumed (8-GPU nodes)"),
+    (r"^H100 9\d(/9\d)?GB HBM2e", "h100-sxm", "H100 94-96GB HBM2e (Grand Teton, lower TDP): closest catalog "
+                                             "entry H100 SXM (989 TFLOP/s, 3.35 TB/s); memory from the row"),
+    (r"^H100( 80GB)?( SXM)?( \(inferred\))?$", "h100-sxm", "H100 form factor not stated: SXM assumed"),
+    (r"^H200$", "h200", ""),
+    (r"^V100 32GB", "v100-sxm2-32gb", ""),
+    (r"^V100$", "v100-sxm2-32gb", "V100 memory not stated: SXM2 32GB assumed"),
+)
+
+#: Inter-node network per source where the row leaves it empty: (interconnect text, why).
+DEFAULT_INTERCONNECT: dict[str, tuple[str, str]] = {
+    "llmfoundry_mpt_benchmarks": ("1600 Gbps node-node RoCE",
+                                  "H100 network not stated: the A100 sections' 1600 Gbps RoCE assumed"),
+    "megatron_h100_weak_scaling_table": ("8x 400 Gb/s InfiniBand", "network not stated: DGX H100-class assumed"),
+    "megatron_h100_strong_scaling_plot": ("8x 400 Gb/s InfiniBand", "network not stated: DGX H100-class assumed"),
+    "megatron_llama3_fp8_example": ("8x 400 Gb/s InfiniBand", "network not stated: DGX H100-class assumed"),
+}
+
+#: DGX/HGX system names -> their compute fabric (datasheets; see knowledge/presets/hgx-h100-8x.yaml).
+SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100": "8x 200 Gb/s InfiniBand"}
+
+#: Frameworks whose tensor parallelism runs with sequence parallelism.
+SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
+
+
+class RunInputs(NamedTuple):
+    """What `gpuadvisor.api.predict` needs for one run, plus the assumptions made to build it."""
+
+    cluster: Cluster
+    workload: Workload
+    plan: Plan
+    assumptions: tuple[str, ...]
+
+
+def _limit(name: str, reason: str, approximate: Collection[str], notes: list[str]) -> bool:
+    """True (and a note) if `name` may be approximated; else raise Unsupported(reason)."""
+    if name in approximate:
+        notes.append(f"approximation {name}: {LIMITS[name]}")
+        return True
+    raise Unsupported(reason)
+
+
+# ---------------------------------------------------------------- hardware
+
+
+def gpu_of(run: PublicRun, notes: list[str]) -> GpuSpec:
+    """The catalog entry for the run's GPU (GPU_ALIASES first, then the catalog's own names)."""
+    for pattern, key, why in GPU_ALIASES:
+        if re.search(pattern, run.gpu):
+            if why:
+                notes.append(why)
+            return gpu_spec(key)
+    try:
+        return gpu_spec(run.gpu)
+    except UserError:
+        raise Unsupported(f"GPU {run.gpu.split(' (')[0]} not in knowledge/gpus.yaml") from None
+
+
+def topology_of(spec: GpuSpec, gpus_per_node: int) -> Optional[str]:
+    """Link class between the GPUs of a node: NVSwitch boards bond every pair with all NVLinks."""
+    if gpus_per_node <= 1:
+        return None
+    return f"NV{spec.nvlink_links}" if spec.nvlink_links else "PXB"
+
+
+_RAILS = re.compile(r"(\d+)\s*x\s*(?:[A-Za-z]+\s+)*?(\d+)\s*Gb", re.IGNORECASE)
+_PER_GPU = re.compile(r"(\d+)\s*Gb(?:ps|/s)?\s+(?:RDMA\s+)?(?:\([^)]*\)\s+)?per GPU", re.IGNORECASE)
+_TOTAL = re.compile(r"(\d+)\s*Gb(?:ps|/s)", re.IGNORECASE)
+
+
+def _protocol(text: str) -> str:
+    if re.search(r"roce", text, re.IGNORECASE):
+        return "roce"
+    return "ib"
+
+
+@functools.lru_cache(maxsize=None)
+def _rdma_keys() -> tuple[tuple[str, str, float], ...]:
+    """(key, protocol, Gbit/s) of the RDMA network classes in knowledge/links.yaml."""
+    return tuple((n.key, n.protocol, float(n.link_speed_gbit_per_s)) for n in load_links().network
+                 if n.protocol in ("ib", "roce") and n.link_speed_gbit_per_s)
+
+
+def network_key(protocol: str, gbit: float, notes: list[str]) -> str:
+    """The links.yaml class for one rail: same protocol and speed, else the same speed of the other RDMA kind."""
+    same = [k for k, p, s in _rdma_keys() if s == gbit and p == protocol]
+    if same:
+        return same[0]
+    other = [k for k, _, s in _rdma_keys() if s == gbit]
+    if other:
+        notes.append(f"no {protocol} {gbit:g} Gb/s class in knowledge/links.yaml: {other[0]} used (same rate)")
+        return other[0]
+    raise Unsupported(f"no {gbit:g} Gb/s RDMA class in knowledge/links.yaml")
+
+
+def rails_of(text: str, gpus_per_node: int, notes: list[str]) -> tuple[int, float]:
+    """(NICs per node, Gbit/s each) from an interconnect description; Unsupported if none is stated."""
+    for system, fabric in SYSTEM_FABRIC.items():
+        if system in text:
+            notes.append(f"{system} compute fabric: {fabric} (datasheet)")
+            text = fabric
+    m = _RAILS.search(text)
+    if m:
+        return int(m.group(1)), float(m.group(2))
+    m = _PER_GPU.search(text)
+    if m:
+        return gpus_per_node, float(m.group(1))
+    m = _TOTAL.search(text)
+    if m:
+        total = float(m.group(1))
+        speeds = {s for _, _, s in _rdma_keys() if total % s == 0}
+        if speeds:
+            # one NIC per GPU where the catalog has that rate (DGX/HGX style), else the fewest rails
+            each = total / gpus_per_node if total / gpus_per_node in speeds else max(speeds)
+            notes.append(f"only the node total ({total:g} Gb/s) is stated: {int(total // each)} x "
+                         f"{each:g} Gb/s rails assumed")
+            return int(total // each), each
+    raise Unsupported("inter-node network not stated")
+
+
+def network_of(run: PublicRun, gpus_per_node: int, notes: list[str]) -> tuple[dict, list[dict]]:
+    """The cluster file's `network:` entry and the per-node NIC list (one entry per rail)."""
+    text = run.interconnect
+    if not _TOTAL.search(text) and not any(s in text for s in SYSTEM_FABRIC):
+        default = DEFAULT_INTERCONNECT.get(run.source_id)
+        if default is None:
+            raise Unsupported("inter-node network not stated")
+        text, why = default
+        notes.append(why)
+    rails, gbit = rails_of(text, gpus_per_node, notes)
+    proto = _protocol(text)
+    key = network_key(proto, gbit, notes)
+    kind = "roce" if proto == "roce" else "infiniband"
+    nics = [{"name": f"rail{i}", "kind": kind, "speed_gbit_per_s": gbit} for i in range(rails)]
+    return {"link": key}, nics
+
+
+def placement_of(run: PublicRun) -> tuple[int, int]:
+    """(nodes, GPUs per node) the run used."""
+    if not run.gpus:
+        raise Unsupported("GPU count not stated")
+    gpn = run.gpus_per_node or (run.gpus if run.nodes == 1 else None)
+    if not gpn:
+        raise Unsupported("GPUs per node not stated")
+    if run.gpus < gpn:
+        return 1, run.gpus
+    if run.gpus % gpn:
+        raise Unsupported("GPU count not a multiple of GPUs per node")
+    return run.gpus // gpn, gpn
+
+
+@functools.lru_cache(maxsize=256)
+def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, topology: Optional[str],
+             network: Optional[str], nics: tuple[tuple[str, float], ...]) -> Cluster:
+    gpu: dict = {"gpu": gpu_key} if memory_gib is None else {"gpu": gpu_key, "memory_gib": memory_gib}
+    node: dict = {"name": "node", "count": nodes, "gpus": [gpu] * gpn}
+    if topology:
+        node["topology"] = topology
+    if nics:
+        node["nics"] = [{"name": f"rail{i}", "kind": k, "speed_gbit_per_s": s} for i, (k, s) in enumerate(nics)]
+    doc: dict = {"name": f"{nodes}x{gpn}-{gpu_key}", "nodes": [node]}
+    if network:
+        doc["network"] = {"link": network}
+    return cluster_from_dict(doc, name=doc["name"], source="public measurement (gpuadvisor.publicruns)")
+
+
+def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str]) -> Cluster:
+    """The cluster the run was measured on, built through the cluster-file format."""
+    memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
+    network, nics = (None, [])
+    if nodes > 1:
+        network, nics = network_of(run, gpn, notes)
+    return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network and network["link"],
+                    tuple((n["kind"], n["speed_gbit_per_s"]) for n in nics))
+
+
+# ---------------------------------------------------------------- workload
+
+
+def precision_of(run: PublicRun, spec: Optional[GpuSpec], notes: list[str]) -> str:
+    """bf16 / fp16 / fp32; fp8 and fp4 are beyond today's cost model."""
+    text = run.precision.lower()
+    if LOW_PRECISION.search(text):
+        raise Unsupported("fp8/fp4 precision")
+    for word in ("bf16", "fp16", "fp32"):
+        if word in text:
+            return word
+    guess = "fp16" if spec is not None and not spec.bf16_supported else "bf16"
+    notes.append(f"precision not stated: {guess} mixed precision assumed")
+    return guess
+
+
+def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
+    """The transformer shape: GELU MLP for GPT/MPT, SwiGLU (+ grouped KV heads) for Llama/Qwen."""
+    text = f"{run.arch} {run.model_name}"
+    if re.search(r"\bMoE\b|mixture|expert", text, re.IGNORECASE) or (run.ep or 1) > 1:
+        raise Unsupported("MoE / expert parallelism")
+    need = {"layers": run.layers, "hidden": run.hidden, "heads": run.heads, "ffn_hidden": run.ffn_hidden,
+            "vocab": run.vocab, "seq_len": run.seq_len}
+    missing = [k for k, v in need.items() if not v]
+    if missing:
+        raise Unsupported("model shape not stated")
+    swiglu = bool(re.search(r"swiglu|llama|qwen", text, re.IGNORECASE))
+    kv = run.kv_heads if run.kv_heads and run.kv_heads != run.heads else 0
+    untied = swiglu or "untied" in f"{run.arch} {run.notes}".lower()
+    learned_pos = bool(re.search(r"learned pos|gpt-2", text, re.IGNORECASE))
+    spec = ModelSpec(name=run.model_name, n_layers=run.layers, d_model=run.hidden, n_heads=run.heads,
+                     d_ff=run.ffn_hidden, vocab_size=run.vocab, max_seq_len=run.seq_len if learned_pos else 0,
+                     tied_embeddings=not untied, n_kv_heads=kv, mlp="swiglu" if swiglu else "gelu",
+                     source=run.source_ref)
+    if run.params and abs(spec.params / run.params - 1) > 0.02:
+        notes.append(f"shape gives {spec.params / 1e9:.3g}B params, the row says {run.params / 1e9:.3g}B")
+    return spec
+
+
+# ---------------------------------------------------------------- plan
+
+
+def degrees_of(run: PublicRun) -> tuple[int, int, int]:
+    """(dp, tp, pp); context parallelism is not in Plan."""
+    if (run.cp or 1) > 1:
+        raise Unsupported("context parallelism (CP>1)")
+    if (run.ep or 1) > 1:
+        raise Unsupported("MoE / expert parallelism")
+    tp, pp = run.tp or 1, run.pp or 1
+    gpus = run.gpus
+    if not gpus:
+        raise Unsupported("GPU count not stated")
+    dp = run.dp or (gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0)
+    if not dp or dp * tp * pp != gpus:
+        raise Unsupported("dp*tp*pp does not match the GPU count")
+    return dp, tp, pp
+
+
+def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collection[str],
+                notes: list[str]) -> tuple[int, bool]:
+    """(ZeRO stage, offload): FSDP FULL_SHARD/FSDP2 = ZeRO-3, SHARD_GRAD_OP = ZeRO-2, DDP = 0."""
+    fsdp = run.fsdp_mode
+    stage = 0
+    m = re.match(r"\s*(\d)", run.zero_stage)
+    if m:
+        stage = int(m.group(1))
+    elif re.search(r"HSDP|sharding group|degree", fsdp):
+        group = re.search(r"(?:group|degree)\s*(\d+)", fsdp)
+        if group and int(group.group(1)) == dp:
+            stage = 3
+        elif _limit("hsdp", "HSDP / sharding group smaller than DP", approximate, notes):
+            stage = 3
+    elif re.search(r"SHARD_GRAD_OP", fsdp):
+        stage = 2
+    elif re.search(r"FULL_SHARD|FSDP2|full shard", fsdp, re.IGNORECASE):
+        stage = 3
+    opts = f"{run.zero_stage} {run.other_opts}".lower()
+    offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
+    if stage and (tp > 1 or pp > 1):
+        _limit("zero-with-tp-pp", "ZeRO/FSDP combined with TP or PP", approximate, notes)
+        return 0, False
+    return stage, offload and stage > 0
+
+
+def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> bool:
+    """Full activation recompute or none; selective is not in Plan."""
+    text = run.activation_checkpointing.lower()
+    if not text:
+        _limit("recompute-unstated", "activation checkpointing not stated", approximate, notes)
+        return False
+    if "selective" in text:
+        _limit("selective-recompute", "selective recompute", approximate, notes)
+        return False
+    if re.match(r"(true|yes|full|on)\b", text):
+        return True
+    if re.match(r"(false|no|none)\b", text):
+        return False
+    raise Unsupported("activation checkpointing not understood")
+
+
+def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[str]) -> tuple[int, int]:
+    """(micro-batch, micro-batches per step) with dp * mb * m = global batch."""
+    gb = run.global_batch
+    if not gb:
+        raise Unsupported("global batch not stated")
+    mb = run.micro_batch
+    if not mb:
+        _limit("micro-batch", "micro-batch not stated", approximate, notes)
+        mb = 1
+    m = run.grad_accum or (gb // (dp * mb) if gb % (dp * mb) == 0 else 0)
+    if not m or dp * mb * m != gb:
+        raise Unsupported("global batch != dp * micro-batch * accumulation")
+    return mb, m
+
+
+def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int, int],
+            sharding: tuple[int, bool], batch: tuple[int, int], recompute: bool, notes: list[str]) -> Plan:
+    """The Plan from the mapped pieces; Unsupported if Plan refuses the combination."""
+    (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
+    vpp = run.vpp or 1
+    sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
+    if sp:
+        notes.append("tensor parallelism with sequence parallelism (framework default)")
+    try:
+        return Plan(dp=dp, tp=tp, pp=pp, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
+                    num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
+                    pp_virtual_stages=vpp, recompute=recompute, sequence_parallel=sp, nodes=nodes,
+                    devices_per_node=gpn)
+    except ValueError as exc:
+        raise Unsupported(f"Plan refuses: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValueError) -> str:
+    errs = getattr(exc, "errors", None)
+    if callable(errs):
+        msg = str(errs()[0].get("msg", exc))
+        return msg.removeprefix("Value error, ")
+    return str(exc)
+
+
+def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
+    """Cluster, workload and plan of a measured run; Unsupported listing every blocker if they cannot be built.
+
+    `approximate` names LIMITS to replace by their stated approximation instead of refusing.
+    """
+    unknown = set(approximate) - set(LIMITS)
+    if unknown:
+        raise UserError(f"unknown approximation {', '.join(sorted(unknown))}; use {', '.join(LIMITS)}")
+    notes: list[str] = []
+    reasons: list[str] = []
+
+    def attempt(fn, *args):
+        try:
+            return fn(*args)
+        except Unsupported as exc:
+            reasons.extend(r for r in exc.reasons if r not in reasons)
+            return None
+
+    if not run.measured_iter_time_s:
+        reasons.append("no measured time or throughput")
+    spec = attempt(gpu_of, run, notes)
+    precision = attempt(precision_of, run, spec, notes)
+    model = attempt(model_of, run, notes)
+    degrees = attempt(degrees_of, run)
+    placement = attempt(placement_of, run)
+    recompute = attempt(recompute_of, run, approximate, notes)
+    sharding = batch = None
+    if degrees:
+        sharding = attempt(sharding_of, run, *degrees, approximate, notes)
+        batch = attempt(batch_of, run, degrees[0], approximate, notes)
+    if placement and placement[0] > 1 and (reasons or not spec):
+        attempt(network_of, run, placement[1], [])  # only for its reason: the cluster is not built
+    cluster = attempt(cluster_of, run, spec, *placement, notes) if spec and placement and not reasons else None
+    if reasons:
+        raise Unsupported(*reasons)
+    plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes)
+    training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision)
+    return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

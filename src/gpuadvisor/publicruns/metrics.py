@@ -1,0 +1,58 @@
+"""Accuracy metrics for predicted vs measured runs: MAPE, Kendall's tau-b, regret; Megatron's FLOP count."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+
+def mape(measured: Sequence[float], predicted: Sequence[float]) -> float:
+    """Mean absolute percentage error of `predicted` against `measured`, in percent."""
+    if len(measured) != len(predicted) or not measured:
+        raise ValueError(f"mape needs two equal, non-empty sequences (got {len(measured)} and {len(predicted)})")
+    return 100.0 * sum(abs(p - m) / m for m, p in zip(measured, predicted)) / len(measured)
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
+    """Kendall's tau-b (ties in either sequence handled; Kendall 1945); None if either is all ties."""
+    if len(x) != len(y):
+        raise ValueError(f"kendall_tau needs two equal sequences (got {len(x)} and {len(y)})")
+    concordant = discordant = ties_x = ties_y = 0
+    n = len(x)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denom if denom else None
+
+
+def regret(measured_s: Sequence[float], predicted_s: Sequence[float]) -> float:
+    """How much slower the config the model ranks first is than the measured best: t_meas[argmin pred] / min - 1.
+
+    Times are seconds per step of the same job (lower is better). Ties in the prediction take the first.
+    """
+    if len(measured_s) != len(predicted_s) or not measured_s:
+        raise ValueError("regret needs two equal, non-empty sequences")
+    pick = min(range(len(predicted_s)), key=lambda i: predicted_s[i])
+    return measured_s[pick] / min(measured_s) - 1.0
+
+
+def megatron_flops_per_token(layers: int, hidden: int, heads: int, kv_heads: int, ffn_hidden: int, vocab: int,
+                             seq_len: int, gated: bool = False) -> float:
+    """Model FLOPs per token as Megatron-LM's num_floating_point_operations counts them (training.py, f2e5db40).
+
+    12·L·h²·(1 + kv/heads + s/h + g·ffn/h + V/(2·L·h)), g = 1.5 for a gated (SwiGLU) MLP: forward and
+    backward (3x forward), full (non-causal) attention, no recompute.
+    """
+    g = 1.5 if gated else 1.0
+    L, h = layers, hidden
+    return 12.0 * L * h * h * (1 + kv_heads / heads + seq_len / h + g * ffn_hidden / h + vocab / (2.0 * L * h))
