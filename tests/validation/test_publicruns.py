@@ -1,0 +1,217 @@
+"""The public measured runs: loader, mapping to the cost model's inputs, metrics, and the accuracy benchmark."""
+import dataclasses
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gpuadvisor.publicruns import (LIMITS, Unsupported, kendall_tau, load_runs, mape, megatron_flops_per_token,
+                                   regret, to_inputs)
+from gpuadvisor.publicruns.evaluate import Outcome, group_scores, loso_mape, megatron_tflops_check, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Row counts stated in knowledge/measurements/public/README.md.
+README_COUNTS = {"llmfoundry_mpt": 216, "torchtitan": 55, "megatron_lm": 20, "megatron_bridge_perf": 293,
+                 "deepspeed_fsdp": 142, "single_node_gpt2": 7}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return load_runs()
+
+
+def _run(runs, ref):
+    return next(r for r in runs if r.ref == ref)
+
+
+def _find(runs, **fields):
+    return next(r for r in runs if all(getattr(r, k) == v for k, v in fields.items()))
+
+
+# ---------------------------------------------------------------- loader
+
+
+def test_every_file_parses_with_the_readme_row_counts(runs):
+    counts = {}
+    for r in runs:
+        counts[r.family] = counts.get(r.family, 0) + 1
+    assert counts == README_COUNTS
+
+
+def test_fields_are_typed(runs):
+    first = _run(runs, "llmfoundry_mpt:1")
+    assert (first.model_name, first.gpus, first.nodes, first.layers, first.hidden) == ("MPT-70b", 512, 64, 80, 8192)
+    assert first.fsdp_mode == "FULL_SHARD" and first.tokens_per_s_per_gpu == 1007.0
+    assert first.iter_time_s == pytest.approx(16.2685)
+    nvfp4 = _find(runs, source_id="torchtitan_nvfp4_doc")
+    assert nvfp4.mem_gib == pytest.approx(110.95)  # cell '110.95 (60.2%)'
+    assert all(r.gpus is None or isinstance(r.gpus, int) for r in runs)
+
+
+def test_measured_time_is_derived_from_throughput_when_missing(runs):
+    r = _run(runs, "llmfoundry_mpt:1")
+    bare = dataclasses.replace(r, iter_time_s=None)
+    assert bare.measured_iter_time_s == pytest.approx(r.global_batch * r.seq_len / (r.tokens_per_s_per_gpu * 512))
+
+
+# ---------------------------------------------------------------- mapping
+
+
+def test_mpt7b_llmfoundry_row_is_a_zero3_fsdp_plan(runs):
+    r = _find(runs, family="llmfoundry_mpt", model_name="MPT-7b", gpus=8, gpu="A100 80GB", seq_len=2048)
+    inp = to_inputs(r)
+    p = inp.plan
+    assert (p.dp, p.tp, p.pp, p.zero_stage, p.micro_batch_size) == (8, 1, 1, 3, r.micro_batch)
+    assert p.micro_batch_size * p.num_micro_batches * p.dp == r.global_batch
+    assert p.recompute is (r.activation_checkpointing == "True")
+    m = inp.workload.model
+    assert (m.mlp, m.n_kv_heads, m.tied_embeddings, m.max_seq_len) == ("gelu", 0, True, 2048)
+    assert m.params == pytest.approx(r.params, rel=0.02)
+    assert inp.cluster.nodes[0].devices[0].spec_key == "a100-sxm-80gb"
+    assert inp.workload.training.precision == "bf16"
+
+
+def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):
+    r = _find(runs, family="llmfoundry_mpt", fsdp_mode="SHARD_GRAD_OP")
+    inp = to_inputs(r)
+    assert inp.plan.zero_stage == 2 and inp.plan.nodes == r.nodes
+    assert inp.cluster.network is not None and inp.cluster.network.protocol == "roce"
+    assert len(inp.cluster.nodes[0].nics) == 8
+    assert any("1600 Gb/s" in a for a in inp.assumptions)
+
+
+def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
+    r = _run(runs, "torchtitan:1")
+    with pytest.raises(Unsupported, match="selective recompute"):
+        to_inputs(r)
+    inp = to_inputs(r, approximate=["selective-recompute"])
+    m = inp.workload.model
+    assert (m.mlp, m.n_kv_heads, m.n_heads, m.tied_embeddings) == ("swiglu", 8, 32, False)
+    assert m.params == pytest.approx(r.params, rel=0.01)
+    assert inp.plan.zero_stage == 3 and not inp.plan.recompute
+    assert inp.cluster.nodes[0].devices[0].memory_bytes == 96 * 1024**3  # the row's 96 GB, not the catalog's 80
+    assert any("approximation selective-recompute" in a for a in inp.assumptions)
+
+
+def test_rows_beyond_the_model_name_every_blocker(runs):
+    fp8 = _find(runs, source_id="torchtitan_llama3_h100_202412", cp=2)
+    with pytest.raises(Unsupported) as exc:
+        to_inputs(fp8)
+    assert {"fp8/fp4 precision", "context parallelism (CP>1)"} <= set(exc.value.reasons)
+    gb200 = _find(runs, gpu="GB200", source_id="megatron_bridge_perf_summary")
+    with pytest.raises(Unsupported, match="GPU GB200 not in knowledge/gpus.yaml"):
+        to_inputs(gb200)
+
+
+def test_megatron_weak_scaling_needs_stated_approximations(runs):
+    r = _find(runs, source_id="megatron_h100_weak_scaling_table", model_name="GPT 70B")
+    with pytest.raises(Unsupported) as exc:
+        to_inputs(r)
+    assert {"micro-batch not stated", "ZeRO/FSDP combined with TP or PP"} <= set(exc.value.reasons)
+    inp = to_inputs(r, approximate=["micro-batch", "zero-with-tp-pp", "recompute-unstated"])
+    p = inp.plan
+    assert (p.dp, p.tp, p.pp, p.zero_stage, p.micro_batch_size, p.num_micro_batches) == (48, 8, 2, 0, 1, 8)
+    assert p.sequence_parallel and inp.cluster.network.link_speed_gbit_per_s == 400
+    with pytest.raises(ValueError, match="unknown approximation"):
+        to_inputs(r, approximate=["everything"])
+
+
+def test_every_limit_gates_some_row_and_its_approximation_lifts_it(runs):
+    """LIMITS is the data the lead edits: each entry must block at least one row that it alone lifts."""
+    everything = list(LIMITS)
+    liftable = []
+    for r in runs:
+        try:
+            to_inputs(r, approximate=everything)
+        except Unsupported:
+            continue
+        liftable.append(r)
+    for name in LIMITS:
+        others = [n for n in everything if n != name]
+        blocked = []
+        for r in liftable:
+            try:
+                to_inputs(r, approximate=others)
+            except Unsupported as exc:
+                blocked.append(exc.reasons)
+        assert blocked, f"no row needs the approximation '{name}'"
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_mape():
+    assert mape([1.0, 2.0], [1.1, 1.8]) == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        mape([], [])
+
+
+def test_kendall_tau_b_with_ties():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # 5 concordant pairs, one pair tied in x only: 5 / sqrt(6 * 5)
+    assert kendall_tau([1, 2, 3, 3], [1, 2, 3, 4]) == pytest.approx(5 / math.sqrt(30))
+    assert kendall_tau([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_regret_takes_the_measured_time_of_the_predicted_best():
+    assert regret([1.0, 1.2, 1.5], [3.0, 1.0, 2.0]) == pytest.approx(0.2)
+    assert regret([1.0, 1.2], [0.5, 0.9]) == 0.0
+
+
+def test_megatron_flop_count_reproduces_the_published_tflops(runs):
+    r = _find(runs, source_id="megatron_h100_weak_scaling_table", model_name="GPT 1.7B")
+    fpt = megatron_flops_per_token(r.layers, r.hidden, r.heads, r.kv_heads, r.ffn_hidden, r.vocab, r.seq_len)
+    assert fpt * r.tokens_per_s_per_gpu / 1e12 == pytest.approx(r.tflops_per_gpu, rel=0.005)
+
+
+def _outcomes(runs, ratios_by_source):
+    base = _run(runs, "llmfoundry_mpt:1")
+    out = []
+    for sid, ratios in ratios_by_source.items():
+        for i, ratio in enumerate(ratios):
+            run = dataclasses.replace(base, source_id=sid, row=i + 1, iter_time_s=1.0 + i)
+            out.append(Outcome(run, predicted_s=ratio * (1.0 + i)))
+    return out
+
+
+def test_groups_loso_and_oom_ranking(runs):
+    outs = _outcomes(runs, {"a": [2.0, 2.0, 2.0], "b": [2.0, 2.0, 2.0, 2.0]})
+    loso = loso_mape(outs)
+    assert loso["a"] == pytest.approx(0.0) and loso["b"] == pytest.approx(0.0)
+    s = summarize(outs)
+    assert s["mape_pct"] == pytest.approx(100.0) and s["used"] == 7
+    # one group (same model/GPU/batch/seq): measured 1..3 s for "a"; an OOM prediction ranks last
+    group = [o for o in outs if o.run.source_id == "a"]
+    group[0] = dataclasses.replace(group[0], predicted_s=math.inf, infeasible_reason="out of device memory")
+    tau, reg = group_scores(group)
+    assert tau == pytest.approx(-1 / 3) and reg == pytest.approx(1.0)
+
+
+def test_megatron_check_reports_every_weak_scaling_row(runs):
+    rows = [r for r in runs if r.source_id == "megatron_h100_weak_scaling_table"]
+    outs = [Outcome(r, predicted_s=r.iter_time_s) for r in rows]
+    check = megatron_tflops_check(outs)
+    assert len(check) == 9 and all(c["flop_count_consistent"] for c in check)
+    assert all(c["within"] and c["ratio"] == pytest.approx(1.0, rel=0.01) for c in check)
+
+
+# ---------------------------------------------------------------- benchmark
+
+
+def test_benchmark_runs_end_to_end_on_one_source(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("calibration_accuracy",
+                                                  ROOT / "benchmarks" / "calibration_accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out_json = tmp_path / "calib.json"
+    assert mod.main(["--source", "llmc_scripts", "--json", str(out_json), "--worst", "3", "--loso"]) == 0
+    text = capsys.readouterr().out
+    assert "llmc_scripts" in text and "Worst 3 rows" in text
+    doc = json.loads(out_json.read_text())
+    s = doc["sources"]["llmc_scripts"]
+    assert s["rows"] == 5 and s["used"] == 5 and s["mape_pct"] > 0
+    assert all(r["predicted_s"] > 0 for r in doc["rows"])
