@@ -14,8 +14,9 @@ import sys
 from typing import Optional
 
 from gpuadvisor.publicruns import LIMITS, load_runs
-from gpuadvisor.publicruns.evaluate import (GROUP_FIELDS, MEGATRON_WEAK_SCALING, MIN_GROUP, TAU_GOOD, by_source,
-                                            evaluate_runs, loso_mape, megatron_tflops_check, worst)
+from gpuadvisor.publicruns.evaluate import (GROUP_FIELDS, MEGATRON_WEAK_SCALING, MIN_GROUP, SCALING_FIELDS,
+                                            TAU_GOOD, by_source, evaluate_runs, loso_mape, megatron_tflops_check,
+                                            worst)
 
 #: What the Megatron TFLOP/s check must assume: the weak-scaling table gives no micro-batch or recompute,
 #: and its distributed optimizer runs with TP/PP, which Plan cannot combine.
@@ -32,7 +33,8 @@ def _pct(frac: Optional[float]) -> str:
 
 def render_sources(table: dict[str, dict], loso: Optional[dict[str, Optional[float]]]) -> str:
     head = (f"{'source':34} {'rows':>4} {'used':>4} {'skip':>4} {'OOM':>4} {'MAPE%':>7} {'pred/meas':>9} "
-            f"{'groups':>6} {'tau med':>7} {'tau>=.8':>7} {'regret max%':>11} {'regret med%':>11}")
+            f"{'groups':>6} {'tau med':>7} {'tau>=.8':>7} {'regret max%':>11} {'regret med%':>11} "
+            f"{'scal.grp':>8} {'scal.tau':>8} {'retention':>9}")
     if loso is not None:
         head += f" {'LOSO MAPE%':>10}"
     lines = [head, "-" * len(head)]
@@ -40,7 +42,8 @@ def render_sources(table: dict[str, dict], loso: Optional[dict[str, Optional[flo
         line = (f"{sid[:34]:34} {s['rows']:>4} {s['used']:>4} {s['skipped']:>4} {s['predicted_oom']:>4} "
                 f"{_f(s['mape_pct']):>7} {_f(s['median_ratio'], '{:.2f}'):>9} {s['groups']:>6} "
                 f"{_f(s['tau_median'], '{:.2f}'):>7} {_pct(s['tau_good_frac']):>7} "
-                f"{_f(s['regret_max_pct']):>11} {_f(s['regret_median_pct']):>11}")
+                f"{_f(s['regret_max_pct']):>11} {_f(s['regret_median_pct']):>11} {s['scaling_groups']:>8} "
+                f"{_f(s['scaling_tau_median'], '{:.2f}'):>8} {_f(s['retention_ratio_median'], '{:.2f}'):>9}")
         if loso is not None:
             line += f" {_f(loso.get(sid)):>10}"
         lines.append(line)
@@ -105,7 +108,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"MAPE over rows with a predicted time; OOM = measured runs the model calls out of memory. Groups: "
           f"same {', '.join(GROUP_FIELDS)} with >= {MIN_GROUP} rows; tau = Kendall tau-b of step times, "
           f"tau>=.8 = share of groups with tau >= {TAU_GOOD}; regret = measured time of the predicted-best config "
-          f"/ measured best - 1.\n")
+          f"/ measured best - 1. Scaling groups: same {', '.join(SCALING_FIELDS)} at >= 2 GPU counts; "
+          f"scal.tau = tau of tokens/s/GPU; retention = predicted/measured ratio of tokens/s/GPU at the largest "
+          f"vs the smallest GPU count (1 = scale loss as measured).\n")
     print(render_sources(table, loso))
     print()
     print(render_reasons(table))

@@ -9,7 +9,8 @@ import pytest
 
 from gpuadvisor.publicruns import (LIMITS, Unsupported, kendall_tau, load_runs, mape, megatron_flops_per_token,
                                    regret, to_inputs)
-from gpuadvisor.publicruns.evaluate import Outcome, group_scores, loso_mape, megatron_tflops_check, summarize
+from gpuadvisor.publicruns.evaluate import (Outcome, group_scores, loso_mape, megatron_tflops_check, scaling_scores,
+                                            summarize)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,9 +79,11 @@ def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):
     r = _find(runs, family="llmfoundry_mpt", fsdp_mode="SHARD_GRAD_OP")
     inp = to_inputs(r)
     assert inp.plan.zero_stage == 2 and inp.plan.nodes == r.nodes
-    assert inp.cluster.network is not None and inp.cluster.network.protocol == "roce"
-    assert len(inp.cluster.nodes[0].nics) == 8
-    assert any("1600 Gb/s" in a for a in inp.assumptions)
+    # '1600 Gbps RoCE' per node: 4 rails of 400 Gb/s; links.yaml has no RoCE 400 class, so IB NDR's rate
+    assert inp.cluster.network is not None and inp.cluster.network.link_speed_gbit_per_s == 400
+    nics = inp.cluster.nodes[0].nics
+    assert len(nics) == 4 and {n.kind for n in nics} == {"roce"}
+    assert any("1600 Gb/s" in a for a in inp.assumptions) and any("ib-ndr used" in a for a in inp.assumptions)
 
 
 def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
@@ -189,6 +192,17 @@ def test_groups_loso_and_oom_ranking(runs):
     group[0] = dataclasses.replace(group[0], predicted_s=math.inf, infeasible_reason="out of device memory")
     tau, reg = group_scores(group)
     assert tau == pytest.approx(-1 / 3) and reg == pytest.approx(1.0)
+
+
+def test_scaling_scores_compare_per_gpu_throughput_across_gpu_counts(runs):
+    base = _run(runs, "llmfoundry_mpt:1")
+    tokens = base.global_batch * base.seq_len
+    group = []
+    for gpus, measured, predicted in ((8, 100.0, 100.0), (16, 90.0, 95.0), (32, 80.0, 90.0)):
+        run = dataclasses.replace(base, gpus=gpus, iter_time_s=tokens / (measured * gpus))
+        group.append(Outcome(run, predicted_s=tokens / (predicted * gpus)))
+    tau, retention = scaling_scores(group)
+    assert tau == pytest.approx(1.0) and retention == pytest.approx((90 / 100) / (80 / 100))
 
 
 def test_megatron_check_reports_every_weak_scaling_row(runs):

@@ -19,6 +19,8 @@ from .metrics import kendall_tau, mape, megatron_flops_per_token, regret
 GROUP_FIELDS = ("source_id", "model_name", "gpu", "gpus", "global_batch", "seq_len")
 MIN_GROUP = 3
 TAU_GOOD = 0.8
+#: Rows with the same key are one model at several GPU counts: how per-GPU throughput holds up with scale.
+SCALING_FIELDS = ("source_id", "model_name", "gpu", "seq_len", "precision")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,38 @@ def _groups(outcomes: list[Outcome]) -> list[list[Outcome]]:
     return [g for g in by.values() if len(g) >= MIN_GROUP]
 
 
+def _scaling_groups(outcomes: list[Outcome]) -> list[list[Outcome]]:
+    by: dict[tuple, list[Outcome]] = collections.defaultdict(list)
+    for o in outcomes:
+        if o.used:
+            by[tuple(getattr(o.run, f) for f in SCALING_FIELDS)].append(o)
+    return [g for g in by.values() if len(g) >= MIN_GROUP and len({o.run.gpus for o in g}) >= 2]
+
+
+def _tokens_per_gpu(o: Outcome, seconds: Optional[float]) -> float:
+    r = o.run
+    if not seconds or not math.isfinite(seconds):
+        return 0.0
+    return (r.global_batch or 0) * (r.seq_len or 0) / (seconds * (r.gpus or 1))
+
+
+def scaling_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[float]]:
+    """(Kendall tau-b of tokens/s per GPU, predicted/measured retention) of one model across GPU counts.
+
+    Retention = tokens/s/GPU at the largest GPU count / at the smallest (the best measured row at each);
+    1.0 means the model loses per-GPU throughput with scale exactly as measured. None where one is OOM.
+    """
+    meas = [_tokens_per_gpu(o, o.measured_s) for o in group]
+    pred = [_tokens_per_gpu(o, o.predicted_s) for o in group]
+    tau = kendall_tau(meas, pred)
+    lo, hi = min(o.run.gpus for o in group), max(o.run.gpus for o in group)
+    pick_lo = max((i for i, o in enumerate(group) if o.run.gpus == lo), key=lambda i: meas[i])
+    pick_hi = max((i for i, o in enumerate(group) if o.run.gpus == hi), key=lambda i: meas[i])
+    if not (pred[pick_lo] and pred[pick_hi]):
+        return tau, None
+    return tau, (pred[pick_hi] / pred[pick_lo]) / (meas[pick_hi] / meas[pick_lo])
+
+
 def group_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[float]]:
     """(Kendall tau-b, regret) of one group; rows the model calls out of memory rank last, never first."""
     meas = [o.measured_s for o in group]
@@ -105,6 +139,9 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
     scores = [group_scores(g) for g in _groups(outcomes)]
     taus = [t for t, _ in scores if t is not None]
     regrets = [r for _, r in scores if r is not None]
+    scaling = [scaling_scores(g) for g in _scaling_groups(outcomes)]
+    s_taus = [t for t, _ in scaling if t is not None]
+    retention = [r for _, r in scaling if r is not None]
     return {
         "rows": len(outcomes), "used": len(used), "skipped": len(outcomes) - len(used),
         "predicted_oom": len(used) - len(timed),
@@ -114,6 +151,8 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
         "tau_good_frac": sum(t >= TAU_GOOD for t in taus) / len(taus) if taus else None,
         "regret_max_pct": 100 * max(regrets) if regrets else None,
         "regret_median_pct": 100 * statistics.median(regrets) if regrets else None,
+        "scaling_groups": len(scaling), "scaling_tau_median": statistics.median(s_taus) if s_taus else None,
+        "retention_ratio_median": statistics.median(retention) if retention else None,
         "top_skip_reasons": reasons.most_common(top_reasons),
     }
 

@@ -160,8 +160,7 @@ def rails_of(text: str, gpus_per_node: int, notes: list[str]) -> tuple[int, floa
         total = float(m.group(1))
         speeds = {s for _, _, s in _rdma_keys() if total % s == 0}
         if speeds:
-            # one NIC per GPU where the catalog has that rate (DGX/HGX style), else the fewest rails
-            each = total / gpus_per_node if total / gpus_per_node in speeds else max(speeds)
+            each = max(speeds)  # the fewest rails of a catalog rate: rails are not stated, the total is
             notes.append(f"only the node total ({total:g} Gb/s) is stated: {int(total // each)} x "
                          f"{each:g} Gb/s rails assumed")
             return int(total // each), each
