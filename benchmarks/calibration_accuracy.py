@@ -16,7 +16,7 @@ from typing import Optional
 from gpuadvisor.publicruns import LIMITS, load_runs
 from gpuadvisor.publicruns.evaluate import (GROUP_FIELDS, MEGATRON_WEAK_SCALING, MIN_GROUP, SCALING_FIELDS,
                                             TAU_GOOD, by_source, evaluate_runs, loso_mape, megatron_tflops_check,
-                                            worst)
+                                            predicted_oom, worst)
 
 #: What the Megatron TFLOP/s check must assume: the weak-scaling table gives no micro-batch or recompute,
 #: and its distributed optimizer runs with TP/PP, which Plan cannot combine.
@@ -53,7 +53,7 @@ def render_sources(table: dict[str, dict], loso: Optional[dict[str, Optional[flo
 def render_reasons(table: dict[str, dict]) -> str:
     lines = ["Skip reasons (a row may have several):"]
     for sid, s in table.items():
-        if s["top_skip_reasons"]:
+        if s["top_skip_reasons"] and not sid.startswith("ALL,"):
             lines.append(f"  {sid}: " + "; ".join(f"{r} ({n})" for r, n in s["top_skip_reasons"]))
     return "\n".join(lines)
 
@@ -63,6 +63,14 @@ def render_worst(rows) -> str:
     for o in rows:
         lines.append(f"{o.run.ref:24} {o.run.model_name[:24]:24} {o.run.gpus:>5} {o.measured_s:>10.3f} "
                      f"{o.predicted_s:>11.3f} {o.ratio:>6.2f}  {o.plan}")
+    return "\n".join(lines)
+
+
+def render_oom(rows) -> str:
+    lines = [f"{'row':24} {'model':24} {'GPUs':>5} {'pred GiB':>8} {'usable GiB':>10} {'measured GiB':>12}  plan"]
+    for o in rows:
+        lines.append(f"{o.run.ref:24} {o.run.model_name[:24]:24} {o.run.gpus:>5} {_f(o.predicted_mem_gib):>8} "
+                     f"{_f(o.capacity_gib):>10} {_f(o.run.mem_gib):>12}  {o.plan}")
     return "\n".join(lines)
 
 
@@ -116,6 +124,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(render_reasons(table))
     print(f"\nWorst {len(bad)} rows by |log(predicted/measured)|:")
     print(render_worst(bad))
+    oom = predicted_oom(outcomes, args.worst)
+    if oom:
+        print(f"\nMeasured runs the model calls out of memory ({len(oom)} shown, largest overshoot first):")
+        print(render_oom(oom))
     if meg:
         print(f"\nMegatron-style TFLOP/s per GPU ({MEGATRON_WEAK_SCALING}; Megatron's FLOP count; "
               f"approximations: {', '.join(MEGATRON_APPROXIMATIONS)}):")
@@ -127,7 +139,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                "rows": [{"ref": o.run.ref, "source_id": o.run.source_id, "used": o.used,
                          "reasons": list(o.reasons), "plan": o.plan, "measured_s": o.measured_s,
                          "predicted_s": o.predicted_s if o.timed else None,
-                         "infeasible_reason": o.infeasible_reason, "assumptions": list(o.assumptions)}
+                         "infeasible_reason": o.infeasible_reason, "predicted_mem_gib": o.predicted_mem_gib,
+                         "capacity_gib": o.capacity_gib, "assumptions": list(o.assumptions)}
                         for o in outcomes]}
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1)

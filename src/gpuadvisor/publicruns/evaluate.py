@@ -18,6 +18,7 @@ from .metrics import kendall_tau, mape, megatron_flops_per_token, regret
 #: Rows with the same key ran the same job (model, GPUs, batch): their configs are ranked against each other.
 GROUP_FIELDS = ("source_id", "model_name", "gpu", "gpus", "global_batch", "seq_len")
 MIN_GROUP = 3
+GIB = 1024**3
 TAU_GOOD = 0.8
 #: Rows with the same key are one model at several GPU counts: how per-GPU throughput holds up with scale.
 SCALING_FIELDS = ("source_id", "model_name", "gpu", "seq_len", "precision")
@@ -33,6 +34,8 @@ class Outcome:
     predicted_s: Optional[float] = None
     infeasible_reason: Optional[str] = None
     assumptions: tuple[str, ...] = ()
+    predicted_mem_gib: Optional[float] = None
+    capacity_gib: Optional[float] = None
 
     @property
     def used(self) -> bool:
@@ -72,7 +75,8 @@ def evaluate_runs(runs: Iterable[PublicRun], approximate: Collection[str] = ()) 
             continue
         out.append(Outcome(run, plan=inputs.plan.to_string(), predicted_s=float(est.step_time_s),
                            infeasible_reason=None if est.feasible else est.infeasible_reason,
-                           assumptions=inputs.assumptions))
+                           assumptions=inputs.assumptions, predicted_mem_gib=est.memory.total / GIB,
+                           capacity_gib=est.memory_capacity_bytes / GIB))
     return out
 
 
@@ -158,9 +162,11 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
 
 
 def by_source(outcomes: list[Outcome]) -> dict[str, dict]:
-    """summarize() per source_id (file order), plus 'ALL'."""
+    """summarize() per source_id (file order), then one node / more nodes (or not stated), then 'ALL'."""
     ids = list(dict.fromkeys(o.run.source_id for o in outcomes))
     out = {sid: summarize([o for o in outcomes if o.run.source_id == sid]) for sid in ids}
+    out["ALL, 1 node"] = summarize([o for o in outcomes if (o.run.nodes or 0) == 1])
+    out["ALL, more nodes"] = summarize([o for o in outcomes if (o.run.nodes or 0) != 1])
     out["ALL"] = summarize(outcomes, top_reasons=8)
     return out
 
@@ -169,6 +175,12 @@ def worst(outcomes: list[Outcome], n: int = 10) -> list[Outcome]:
     """The n timed rows with the largest |log(predicted / measured)|."""
     timed = [o for o in outcomes if o.timed]
     return sorted(timed, key=lambda o: -abs(math.log(o.ratio)))[:n]
+
+
+def predicted_oom(outcomes: list[Outcome], n: int = 10) -> list[Outcome]:
+    """Up to n measured runs the model calls infeasible, the largest predicted memory overshoot first."""
+    oom = [o for o in outcomes if o.used and not o.timed]
+    return sorted(oom, key=lambda o: -((o.predicted_mem_gib or 0) / (o.capacity_gib or 1)))[:n]
 
 
 def loso_mape(outcomes: list[Outcome]) -> dict[str, Optional[float]]:
