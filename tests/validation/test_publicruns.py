@@ -229,3 +229,13 @@ def test_benchmark_runs_end_to_end_on_one_source(tmp_path, capsys):
     s = doc["sources"]["llmc_scripts"]
     assert s["rows"] == 5 and s["used"] == 5 and s["mape_pct"] > 0
     assert all(r["predicted_s"] > 0 for r in doc["rows"])
+
+
+def test_cluster_from_dict_builds_and_names_bad_fields():
+    from gpuadvisor.errors import UserError
+    from gpuadvisor.hardware.cluster_file import cluster_from_dict
+
+    c = cluster_from_dict({"nodes": [{"count": 2, "gpus": "8x H100 SXM", "topology": "NV18"}], "network": "ib-ndr"})
+    assert c.num_devices == 16 and c.network.link_speed_gbit_per_s == 400
+    with pytest.raises(UserError, match=r"nodes\[0\]\.gpus: unknown GPU 'A7000'"):
+        cluster_from_dict({"nodes": [{"gpus": "8x A7000"}]}, name="x")
