@@ -167,8 +167,11 @@ def rails_of(text: str, gpus_per_node: int, notes: list[str]) -> tuple[int, floa
     raise Unsupported("inter-node network not stated")
 
 
-def network_of(run: PublicRun, gpus_per_node: int, notes: list[str]) -> tuple[dict, list[dict]]:
-    """The cluster file's `network:` entry and the per-node NIC list (one entry per rail)."""
+Rails = tuple[tuple[str, float], ...]
+
+
+def network_of(run: PublicRun, gpus_per_node: int, notes: list[str]) -> tuple[str, Rails]:
+    """The links.yaml network class for `network:` and the node's rails as (NIC kind, Gbit/s) pairs."""
     text = run.interconnect
     if not _TOTAL.search(text) and not any(s in text for s in SYSTEM_FABRIC):
         default = DEFAULT_INTERCONNECT.get(run.source_id)
@@ -180,8 +183,7 @@ def network_of(run: PublicRun, gpus_per_node: int, notes: list[str]) -> tuple[di
     proto = _protocol(text)
     key = network_key(proto, gbit, notes)
     kind = "roce" if proto == "roce" else "infiniband"
-    nics = [{"name": f"rail{i}", "kind": kind, "speed_gbit_per_s": gbit} for i in range(rails)]
-    return {"link": key}, nics
+    return key, ((kind, gbit),) * rails
 
 
 def placement_of(run: PublicRun) -> tuple[int, int]:
@@ -200,7 +202,8 @@ def placement_of(run: PublicRun) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=256)
 def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, topology: Optional[str],
-             network: Optional[str], nics: tuple[tuple[str, float], ...]) -> Cluster:
+             network: Optional[str], nics: Rails) -> Cluster:
+    """A cluster-file document of `nodes` identical nodes, expanded by the cluster-file loader (cached)."""
     gpu: dict = {"gpu": gpu_key} if memory_gib is None else {"gpu": gpu_key, "memory_gib": memory_gib}
     node: dict = {"name": "node", "count": nodes, "gpus": [gpu] * gpn}
     if topology:
@@ -216,11 +219,8 @@ def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, to
 def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str]) -> Cluster:
     """The cluster the run was measured on, built through the cluster-file format."""
     memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
-    network, nics = (None, [])
-    if nodes > 1:
-        network, nics = network_of(run, gpn, notes)
-    return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network and network["link"],
-                    tuple((n["kind"], n["speed_gbit_per_s"]) for n in nics))
+    network, nics = network_of(run, gpn, notes) if nodes > 1 else (None, ())
+    return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network, nics)
 
 
 # ---------------------------------------------------------------- workload
