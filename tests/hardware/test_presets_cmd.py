@@ -5,7 +5,8 @@ from gpuadvisor.cli import main
 from gpuadvisor.hardware.presets import list_presets
 
 
-def test_table(capsys):
+def test_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["NAME", "NODESxDEV", "DEVICE"]

@@ -10,7 +10,7 @@ import pytest
 
 from gpuadvisor.probe import inventory
 from gpuadvisor.probe.inventory import assign_closest_devices, probe_host
-from gpuadvisor.probe.render import WIDTH, render_report
+from gpuadvisor.probe.render import render_report
 from gpuadvisor.schemas.hardware import CpuInfo, Nic
 from gpuadvisor.schemas.measure import CollectiveCurve, MatmulCurve, MeasureReport
 from gpuadvisor.schemas.probe import ProbeReport
@@ -119,7 +119,8 @@ def test_single_numa_host_unknown_nic_numa_is_close_to_all():
     assert out[0].closest_devices == []
 
 
-def test_render_fits_100_columns_and_shows_everything(tmp_path):
+@pytest.mark.parametrize("width", [80, 120])
+def test_render_fits_the_width_and_shows_everything(tmp_path, width):
     root = typical_host(tmp_path)
     text = (TOPO / "21_h100-8gpu-nv18-9nic-truncated-nic-rows.txt").read_text()
     nv = FakeNVML(gpus=[FakeGpu(name="NVIDIA H100 80GB HBM3 with a very long name", nvlink_states=[1] * 18)
@@ -130,13 +131,14 @@ def test_render_fits_100_columns_and_shows_everything(tmp_path):
         collectives=[CollectiveCurve(op="all_reduce", backend="nccl", world_size=8, points=[], busbw_gb_per_s=370.5,
                                      alpha_us=12.0)],
         matmul=[MatmulCurve(device="cuda:0", device_name="H100", dtype="bfloat16", points=[], best_tflops=700.0)])
-    out = render_report(r, measured=measured, health=["NIC eno1 runs at 1 Gb/s"])
-    assert max(len(line) for line in out.splitlines()) <= WIDTH
+    out = render_report(r, measured=measured, health=["NIC eno1 runs at 1 Gb/s"], width=width)
+    assert max(len(line) for line in out.splitlines()) <= width
+    flat = " ".join(out.split())  # wrapped paragraphs and cells: compare with whitespace collapsed
     for needle in ("Host fakehost", "GPUs (8)", "NV18", "GPU3 fields NVML did not give: uuid (GpuIsLost",
                    "NIC8: PIX to GPU0", "ens1f0np0", "100 Gb/s", "200 Gb/s", "2 socket(s), 4 cores, 8 threads",
                    "Measured", "370.50 GB/s", "700.00 TFLOP/s", "Health", "NIC eno1 runs at 1 Gb/s", "Warnings",
                    "columns without a row: NIC6, NIC7, NIC8", "veth0"):
-        assert needle in out, needle
+        assert needle in flat, needle
 
 
 def test_render_no_gpu_and_topology_error(tmp_path, monkeypatch):
@@ -155,8 +157,11 @@ def test_render_wide_matrix_falls_back_to_pairs():
     from gpuadvisor.probe.topo import parse_topo
 
     r = ProbeReport(hostname="big", topology=parse_topo("\n".join(lines)))
-    out = render_report(r)
-    assert "GPU0-GPU15 NV6" in out and max(len(x) for x in out.splitlines()) <= WIDTH
+    out = render_report(r, width=100)
+    assert "GPU0-GPU15 NV6" in out and max(len(x) for x in out.splitlines()) <= 100
+    small = ProbeReport(hostname="small", topology=parse_topo("\n".join("\t".join(line.split("\t")[:3])
+                                                                        for line in lines[:3])))
+    assert "GPU0  X     NV6" in render_report(small, width=80)  # a matrix that fits stays a matrix
 
 
 def test_probe_host_imports_no_torch():

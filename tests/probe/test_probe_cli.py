@@ -93,8 +93,9 @@ def test_save_passes_cpu_ranks_and_measure(host, capsys, monkeypatch, tmp_path):
     seen = {}
     measured = MeasureReport(hostname="fakehost", device_kind="cpu", world_size=2)
 
-    def run_measurements(nproc=None, quick=False):
+    def run_measurements(nproc=None, quick=False, progress=None):
         seen["measure"] = (nproc, quick)
+        progress("collectives", 1, 2, 300.0)
         return measured
 
     def cluster_from_probe(report, *, cpu_ranks=None, measured=None):
@@ -117,6 +118,7 @@ def test_save_passes_cpu_ranks_and_measure(host, capsys, monkeypatch, tmp_path):
     doc = json.loads(out)
     assert set(doc) == {"probe", "measure", "health"} and doc["health"] == ["eno1 is slow"]
     assert MeasureReport.model_validate(doc["measure"]) == measured and "saved cluster to" in err
+    assert "gpuadvisor probe: measuring collectives (1/2)  0s  (budget left 5m00s)" in err  # not silent
     rc, out, _ = run_cli(capsys, "--sysfs-root", host, "--measure")
     assert rc == 0 and "Measured" in out and "cpu x2 on fakehost" in out and "eno1 is slow" in out
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from gpuadvisor.cli.console import make_console
+from gpuadvisor.cli.progress import LiveProgress
 from gpuadvisor.errors import UserError
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.study.execute import run_study
@@ -113,14 +116,18 @@ def test_mismatched_folder_is_refused(tmp_path):
 
 def test_progress_plain_and_live():
     buf = io.StringIO()
-    p = StudyProgress(stream=buf, live=False)
+    p = StudyProgress(LiveProgress("gpuadvisor study", console=make_console(buf, width=200), live=False))
     p({"event": "cell", "n": 1, "total": 3, "label": "m dp x2", "elapsed_s": 5, "eta_s": 65})
     p({"event": "result", "n": 1, "total": 3, "label": "m dp x2", "status": "ok", "tokens_per_s": 1234.0,
        "duration_s": 7})
     assert buf.getvalue().splitlines() == ["gpuadvisor study: cell 1/3: m dp x2 (elapsed 5s, ETA 1m05s)",
                                            "gpuadvisor study: cell 1/3 ok: m dp x2 1,234 tokens/s (7s)"]
     live = io.StringIO()
-    q = StudyProgress(stream=live, live=True)
+    q = StudyProgress(LiveProgress("gpuadvisor study", console=make_console(live, force_terminal=True, width=100)))
     q({"event": "cell", "n": 2, "total": 3, "label": "m tp x2", "elapsed_s": 5, "eta_s": 65})
+    deadline = time.monotonic() + 10
+    while "cell 1s" not in live.getvalue() and time.monotonic() < deadline:  # the clock ticks by itself
+        time.sleep(0.1)
     q({"event": "done", "message": "done"})
-    assert "\r\033[K[2/3] m tp x2" in live.getvalue() and "ETA" in live.getvalue()
+    text = live.getvalue()
+    assert "[2/3] m tp x2" in text and "cell 1s  elapsed 6s  ETA 1m04s" in text and "done" in text

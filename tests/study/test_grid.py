@@ -1,6 +1,7 @@
 """The study grid: plans built the papers' way, skips with reasons, parsing, --dry-run (nothing runs)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -93,7 +94,8 @@ def test_dry_run_cli_writes_nothing(tmp_path):
     out = tmp_path / "s"
     r = subprocess.run([sys.executable, "-m", "gpuadvisor", "study", "--models", f"{TINY},100M", "--gpus", "1,2,4",
                         "--preset", "cpu-2ranks", "--steps", "5", "--warmup", "1", "--pp-microbatches", "p,4p",
-                        "--out", str(out), "--dry-run"], capture_output=True, text=True, timeout=120)
+                        "--out", str(out), "--dry-run"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     assert "estimated wall time" in r.stdout and "pred tok/s" in r.stdout
     assert "needs 4 devices, cluster 'cpu-2ranks' has 2" in r.stdout

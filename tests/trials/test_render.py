@@ -19,7 +19,7 @@ def test_render_confirm_table_and_verdict():
                               _row(2, c, "oom", 1100.0, None, 1, error="CUDA out of memory")],
                       winner=b, winner_measured_tokens_per_s=1200.0, first_pick=a,
                       first_pick_measured_tokens_per_s=900.0, first_pick_gap_pct=25.0)
-    text = render_confirm(r)
+    text = render_confirm(r, width=120)
     lines = text.splitlines()
     row_a = next(line for line in lines if line.lstrip().startswith("0 "))
     row_b = next(line for line in lines if line.lstrip().startswith("1 "))
@@ -28,3 +28,9 @@ def test_render_confirm_table_and_verdict():
     assert "error: CUDA out of memory" in text
     assert "Confirmed winner: dp=2,mb=4,gpn=2,bucket_mb=100.0" in text
     assert "25.0% below the best" in text
+    assert "optuna-dashboard sqlite:///x.db" in text
+    for width in (80, 120):  # a long plan wraps inside its cell: no line is wider than the terminal
+        long = parse_plan("dp=2,mb=4,recompute=1,zero=2,zero_reduce_bucket_size=500000000,zero_allgather_bucket_size=500000000")
+        wide = r.model_copy(update={"trials": [*r.trials, _row(3, long, "ok", 1.0, 1.0)]})
+        out = render_confirm(wide, width=width)
+        assert max(map(len, out.splitlines())) <= width and "recompute=true" in out

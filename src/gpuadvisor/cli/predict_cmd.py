@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(est.model_dump_json(indent=2))
         return 0
-    print(render_estimate(est, cl.name, wl.model.name))
+    from .console import Text, emit
+
+    emit(Text(render_estimate(est, cl.name, wl.model.name)))  # wrapped to the terminal width
     return 0
 
 

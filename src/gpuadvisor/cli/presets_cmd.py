@@ -5,6 +5,8 @@ import argparse
 import json
 from collections import Counter
 
+from rich.console import RenderableType
+
 from ..schemas.hardware import Cluster, LinkClass
 
 
@@ -47,13 +49,20 @@ def preset_rows() -> list[dict]:
     return rows
 
 
-def _table(rows: list[dict], width: int = 60) -> str:
-    cols = [("name", "NAME"), ("shape", "NODESxDEV"), ("gpu", "DEVICE"), ("links", "LINKS"),
-            ("network", "NETWORK"), ("source", "SOURCE")]
-    cells = [[h for _, h in cols]] + [
-        [r[k] if k != "source" or len(r[k]) <= width else r[k][: width - 3] + "..." for k, _ in cols] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+SHORT = 40  # source column length without --full
+
+
+def presets_view(rows: list[dict], full: bool = False) -> RenderableType:
+    """The presets as a table; without `full` the source is cut to SHORT characters."""
+    from .console import Column, make_table
+
+    table = make_table(Column("NAME", no_wrap=True), Column("NODESxDEV", no_wrap=True),
+                       Column("DEVICE", overflow="fold"), Column("LINKS", overflow="fold"),
+                       Column("NETWORK", overflow="fold"), Column("SOURCE", overflow="fold"))
+    for r in rows:
+        source = r["source"] if full or len(r["source"]) <= SHORT else r["source"][:SHORT - 3] + "..."
+        table.add_row(r["name"], r["shape"], r["gpu"], r["links"], r["network"], source)
+    return table
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(_table(rows, width=10**6 if args.full else 60))
+        from .console import emit
+
+        emit(presets_view(rows, full=args.full))
     return 0
 
 
@@ -69,5 +80,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("presets", help="list the bundled cluster presets",
                        description="The bundled machine presets (use one with --preset NAME), with sources.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--full", action="store_true", help="do not shorten the source column")
+    p.add_argument("--full", action="store_true", help="show the whole source column (wrapped)")
     p.set_defaults(func=run)

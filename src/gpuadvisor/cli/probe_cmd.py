@@ -88,7 +88,8 @@ def _read_topo(path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handle `gpuadvisor probe`: probe, optionally measure, print (table or JSON), optionally save."""
     from ..probe.inventory import probe_host
-    from ..probe.render import render_report
+    from ..probe.render import report_view
+    from .console import emit
 
     if args.quick and not args.measure:
         raise UserError("--quick only applies with --measure; add --measure or drop --quick")
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         run_measurements = _optional("gpuadvisor.probe.measure", "run_measurements", "--measure")
         kwargs = {"probes": _probe_list(args.probes)} if args.probes is not None else {}
-        measured = run_measurements(nproc=None, quick=args.quick, **kwargs)
+        measured = _measure_with_progress(run_measurements, quick=args.quick, **kwargs)
     health = _health(report, measured)
     if args.json:
         if measured is None:
@@ -120,12 +121,24 @@ def run(args: argparse.Namespace) -> int:
                    "health": health}
             print(json.dumps(doc, indent=2))
     else:
-        sys.stdout.write(render_report(report, measured=measured, health=health))
+        emit(report_view(report, measured=measured, health=health))
     if build is not None and save is not None:
         cluster = build(report, cpu_ranks=args.cpu_ranks, measured=measured)
         path = save(cluster, args.save)
         print(f"saved cluster to {path or args.save}", file=sys.stderr)
     return 0
+
+
+def _measure_with_progress(run_measurements: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run the measuring probes showing which one runs, its ticking time and the budget left (stderr)."""
+    from .progress import LiveProgress, fmt_duration
+
+    with LiveProgress("gpuadvisor probe") as view:
+        def step(name: str, i: int, n: int, left: float) -> None:
+            view.step(f"measuring {name} ({i}/{n})",
+                      lambda dt: f"{fmt_duration(dt)}  (budget left {fmt_duration(max(0.0, left - dt))})")
+
+        return run_measurements(nproc=None, progress=step, **kwargs)
 
 
 def _probe_list(text: str) -> list[str]:

@@ -1,7 +1,12 @@
-"""Plain-text rendering of rankings and estimates for the terminal (no colour codes, fits 110 columns)."""
+"""Rendering of rankings and estimates for the terminal, through the shared rich layer (cli/console.py)."""
 from __future__ import annotations
 
+from typing import Optional
+
+from rich.console import RenderableType
+
 from ..schemas import Cluster, Estimate, Plan, Ranking, Workload
+from .console import Column, Group, Text, block, make_table, to_text
 
 GIB = 1024 ** 3
 
@@ -91,27 +96,55 @@ def plan_label(e: Estimate) -> str:
     return " ".join(bits)
 
 
-def render_ranking(r: Ranking, cluster: Cluster, workload: Workload, *, details: int = 1) -> str:
-    """The ranked table plus a breakdown of the top `details` plans."""
+def ranking_view(r: Ranking, cluster: Cluster, workload: Workload, *, details: int = 1,
+                 title: Optional[str] = None) -> RenderableType:
+    """The ranked table plus a breakdown of the top `details` plans, as a rich renderable (fits any width)."""
     unit = "tok/s" if workload.model.kind == "transformer" else "samples/s"
-    out = [f"Cluster : {describe_cluster(cluster)}", f"Model   : {describe_workload(workload)}",
-           f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}.", ""]
+    head = [f"Cluster : {describe_cluster(cluster)}", f"Model   : {describe_workload(workload)}",
+            f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}."]
+    parts: list[RenderableType] = [Text(title, style="bold")] if title else []
+    parts.append(block(head))
     if not r.top:
         msg = r.fits_nowhere or "nothing fits on this cluster"
-        out.append(msg[:1].upper() + msg[1:])
+        lines = ["", msg[:1].upper() + msg[1:]]
         if r.infeasible_reasons:
-            out.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
-        return "\n".join(out)
-    hdr = f"{'#':>2}  {'plan':<40} {unit:>9} {'eff':>5} {'step':>8} {'peak mem':>10} {'net/step':>10}"
-    out += [hdr, "-" * len(hdr)]
+            lines.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
+        return Group(*parts, block(lines))
+    table = make_table(Column("#", justify="right", no_wrap=True), Column("plan", overflow="fold", min_width=12),
+                       Column(unit, justify="right", no_wrap=True), Column("eff", justify="right", no_wrap=True),
+                       Column("step", justify="right", no_wrap=True),
+                       Column("peak mem", justify="right", no_wrap=True),
+                       Column("net/step", justify="right", no_wrap=True))
     for i, e in enumerate(r.top, 1):
         eff = f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-"
-        out.append(f"{i:>2}  {plan_label(e):<40.40} {human_rate(e.tokens_per_s):>9} {eff:>5} "
-                   f"{e.step_time_s * 1e3:>6.0f}ms {human_bytes(e.memory.total):>10} "
-                   f"{human_bytes(e.network_bytes_per_step):>10}")
+        table.add_row(str(i), plan_label(e), human_rate(e.tokens_per_s), eff, f"{e.step_time_s * 1e3:.0f}ms",
+                      human_bytes(e.memory.total), human_bytes(e.network_bytes_per_step))
+    parts += [Text(""), table]
     for i, e in enumerate(r.top[:details], 1):
-        out += ["", f"#{i} {plan_label(e)}", *render_estimate(e, indent="  ")]
-    return "\n".join(out)
+        parts += [Text(""), Text(f"#{i} {plan_label(e)}", style="bold"), block(render_estimate(e), indent=2)]
+    return Group(*parts)
+
+
+def whatif_view(base: Ranking, scenarios: list[tuple[str, Ranking]]) -> RenderableType:
+    """Side by side: the best plan and its throughput on the unmodified cluster and under each what-if."""
+    table = make_table(Column("scenario", overflow="fold"), Column("best plan", overflow="fold"),
+                       Column("rate/s", justify="right", no_wrap=True), Column("vs baseline", justify="right",
+                                                                                no_wrap=True),
+                       title="What-if comparison (best plan per scenario)")
+    b = base.top[0].tokens_per_s if base.top else 0.0
+    table.add_row("baseline", plan_label(base.top[0]) if base.top else "nothing fits", human_rate(b) if b else "-",
+                  "")
+    for spec, r in scenarios:
+        w = r.top[0].tokens_per_s if r.top else 0.0
+        gain = f"x{w / b:.2f}" if b > 0 and w > 0 else "n/a"
+        table.add_row(spec, plan_label(r.top[0]) if r.top else "nothing fits", human_rate(w) if w else "-", gain)
+    return table
+
+
+def render_ranking(r: Ranking, cluster: Cluster, workload: Workload, *, details: int = 1,
+                   width: Optional[int] = None) -> str:
+    """ranking_view as plain text `width` columns wide (default: the terminal's or COLUMNS)."""
+    return to_text(ranking_view(r, cluster, workload, details=details), width)
 
 
 def render_estimate(e: Estimate, indent: str = "") -> list[str]:

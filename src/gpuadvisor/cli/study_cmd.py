@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                    help=f"study folder; rerunning resumes it (default ./{DEFAULT_OUT})")
     p.add_argument("--dry-run", action="store_true", help="show the grid, predictions and estimated wall time only")
-    p.add_argument("--json", action="store_true", help="with --dry-run: print the grid as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON on stdout: the grid with --dry-run, else the study outcome (rows and files)")
     p.add_argument("--trial-timeout", metavar="DURATION", help="deadline per cell, e.g. 10m (default from prediction)")
     p.add_argument("--no-plots", action="store_true", help="skip plots and report (results.csv/json only)")
     p.set_defaults(func=run)
@@ -74,11 +75,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(dump_grid(cells))
             return 0
-        for n in notes:
-            print(f"note: {n}")
-        from ..study.render import render_grid
+        from ..study.render import grid_view
+        from .console import Text, emit
 
-        print(render_grid(cells, spec, cluster, Path(args.out)))
+        for n in notes:
+            emit(Text(f"note: {n}"))
+        emit(grid_view(cells, spec, cluster, Path(args.out)))
         return 0
     timeout = parse_duration(args.trial_timeout) if args.trial_timeout else None
     for n in notes:
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_study(spec, cluster, args.out, workloads=workloads, trial_timeout_s=timeout, plots=not args.no_plots)
     ok = sum(r.status == "ok" for r in outcome.rows)
     ran = sum(r.status not in ("skipped", "pending") for r in outcome.rows)
+    if args.json:
+        print(outcome.model_dump_json(indent=1, exclude={"cells"}))
+        return 0 if ok == ran else 3
     print(f"wrote {', '.join(outcome.files)} to {outcome.out_dir} ({ok} of {ran} run cells ok; "
           f"{len(outcome.reused)} reused from an earlier run)")
     return 0 if ok == ran else 3

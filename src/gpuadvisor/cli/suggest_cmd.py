@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-per-gpu-hour", type=float, help="for --objective cost")
     p.add_argument("--top", type=int, default=5, help="how many plans to show (default 5)")
     p.add_argument("--what-if", action="append", default=[], metavar="SPEC",
-                   help="re-rank on a modified cluster, e.g. nic=10gbe, gpus=2x4 (repeatable)")
+                   help="re-rank on a modified cluster, e.g. nic=10gbe or gpus=2x4 (commas combine changes); "
+                        "repeat the flag to compare several scenarios side by side")
     p.add_argument("--learned", action="store_true", help="apply the learned correction from measurements")
     p.add_argument("--emit", metavar="DIR", help="write launch.sh, job.json, ds_config.json, env.sh to DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -57,64 +58,84 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--steps", type=int, default=20, help="timed steps per trial")
     g.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps per trial")
     g.add_argument("--storage", help="Optuna storage URL (default: SQLite in the user data dir)")
+    g.add_argument("--study-name", metavar="NAME",
+                   help="Optuna study name (default: <model>-<cluster>-<fingerprint>; the same name resumes)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import api
-    from .render import human_rate, render_ranking
 
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision)
     if args.top < 1:
         raise UserError(f"--top must be at least 1, got {args.top}")
+    if len(args.what_if) > 1 and (args.confirm or args.emit):
+        raise UserError("--confirm and --emit act on one cluster but several --what-if scenarios were given; "
+                        "keep one --what-if (combine changes with commas: nic=10gbe,gpus=2x4) or drop --confirm/--emit")
     base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
                        objective=args.objective, top=args.top, price_per_gpu_hour=args.price_per_gpu_hour,
                        use_learned=args.learned, **common)
-    result = base
-    if args.what_if:
-        result = api.suggest(base.workload, cluster=base.cluster, what_if=args.what_if, objective=args.objective,
+    # each --what-if is its own scenario, compared with the unmodified cluster (commas combine changes in one)
+    scenarios = [api.suggest(base.workload, cluster=base.cluster, what_if=[spec], objective=args.objective,
                              top=args.top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
+                 for spec in args.what_if]
+    result = scenarios[0] if len(scenarios) == 1 else base
     confirmed = None
     if args.confirm:
         confirmed = api.confirm(base.workload, cluster=result.cluster, top_k=args.confirm,
                                 budget_s=parse_duration(args.budget), steps=args.steps, warmup=args.warmup,
-                                storage=args.storage)
+                                storage=args.storage, study_name=args.study_name)
     if args.emit:
         _emit(result, Path(args.emit), args.steps, confirmed)
     if args.json:
         payload = result.model_dump(mode="json")
-        if args.what_if:
+        if len(scenarios) == 1:
             payload["what_if_baseline"] = base.ranking.model_dump(mode="json")
+        elif scenarios:
+            payload["what_if"] = [{"spec": spec, "cluster": sc.cluster.model_dump(mode="json"),
+                                   "ranking": sc.ranking.model_dump(mode="json")}
+                                  for spec, sc in zip(args.what_if, scenarios)]
         if confirmed is not None:
             payload["confirm"] = confirmed.model_dump(mode="json")
         json.dump(payload, sys.stdout, indent=2)
         print()
         return 0 if result.ranking.top else 3
+    _print_text(args, base, scenarios, result, confirmed)
+    return 0 if result.ranking.top else 3
+
+
+def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirmed) -> None:
+    """The human-readable output: notes, rankings (baseline and what-ifs), launch, confirm results."""
+    from .console import Text, emit, make_console
+    from .render import ranking_view, whatif_view
+
+    console = make_console()
     for note in base.notes:
-        print(f"note: {note}")
-    if args.what_if:
-        print(render_ranking(base.ranking, base.cluster, base.workload, details=0))
-        print()
-        b = base.ranking.top[0].tokens_per_s if base.ranking.top else 0.0
-        w = result.ranking.top[0].tokens_per_s if result.ranking.top else 0.0
-        gain = f"x{w / b:.2f}" if b > 0 else "n/a"
-        print(f"=== what-if {', '.join(args.what_if)}: best {human_rate(b)} -> {human_rate(w)} per s ({gain}) ===")
-    print(render_ranking(result.ranking, result.cluster, result.workload))
-    if result.launch is not None:
-        print()
-        print("Launch (top plan):")
+        emit(Text(f"note: {note}"), console)
+    if scenarios:
+        emit(ranking_view(base.ranking, base.cluster, base.workload, details=0, title="Baseline"), console)
+        for spec, sc in zip(args.what_if, scenarios):
+            emit(Text(""), console)
+            emit(ranking_view(sc.ranking, sc.cluster, sc.workload, details=1 if len(scenarios) == 1 else 0,
+                              title=f"What-if {spec}"), console)
+        emit(Text(""), console)
+        emit(whatif_view(base.ranking, [(spec, sc.ranking) for spec, sc in zip(args.what_if, scenarios)]), console)
+    else:
+        emit(ranking_view(result.ranking, result.cluster, result.workload), console)
+    if result.launch is not None and len(scenarios) <= 1:
         from ..launch import render_launch
 
-        print(render_launch(result.launch))
+        emit(Text("\nLaunch (top plan):"), console)
+        emit(Text(render_launch(result.launch).rstrip("\n")), console)
     if confirmed is not None:
-        from ..trials.render import render_confirm
+        from ..trials.render import confirm_view
 
-        print()
-        print(render_confirm(confirmed))
+        emit(Text(""), console)
+        emit(confirm_view(confirmed), console)
     if args.emit:
-        print(f"\nwrote launch files to {args.emit}/ (start with: bash {args.emit}/launch.sh)")
-    return 0 if result.ranking.top else 3
+        out = Path(args.emit)
+        emit(Text(f"\nwrote launch files to {out} (start with: bash {out / 'launch.sh'})"), console)
 
 
 def _emit(result, out_dir: Path, steps: int, confirmed) -> None:

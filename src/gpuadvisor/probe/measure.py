@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Optional
+from typing import Callable, Optional
 
 from pydantic import ValidationError
 
@@ -234,7 +234,8 @@ def merge_reports(parts: Mapping[str, MeasureReport], commands: Mapping[str, Seq
 
 def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: float = 300,
                      *, probes: Sequence[str] = PROBES,
-                     commands: Optional[Mapping[str, Sequence[str]]] = None) -> MeasureReport:
+                     commands: Optional[Mapping[str, Sequence[str]]] = None,
+                     progress: Optional[Callable[[str, int, int, float], None]] = None) -> MeasureReport:
     """Run the measuring probes on this host and return what they measured.
 
     nproc: ranks for the collective sweep; default the number of GPUs, or 2 gloo CPU ranks when
@@ -244,6 +245,7 @@ def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: f
     process group and reported as a warning.
     probes: which of "collectives", "matmul", "hostcopy" to run.
     commands: name -> argument list, replacing the default commands (tests, custom launchers).
+    progress: called as progress(name, i, n, seconds_left) before probe i (1-based) of n starts.
 
     torchrun is started with --standalone, whose rendezvous binds port 0 so the OS picks a free
     port (no race between choosing and binding). A failing probe becomes a warning; if every
@@ -271,8 +273,10 @@ def run_measurements(nproc: int | None = None, quick: bool = False, timeout_s: f
 
     parts: dict[str, MeasureReport] = {}
     errors: list[ProbeError] = []
-    for name, argv in commands.items():
+    for i, (name, argv) in enumerate(commands.items(), 1):
         left = deadline - time.monotonic()
+        if progress is not None:
+            progress(name, i, len(commands), left)
         if left <= 0:
             errors.append(ProbeTimeout(f"probe {name} not started: the {timeout_s:.0f} s budget was spent; "
                                        "raise the timeout or use --quick"))

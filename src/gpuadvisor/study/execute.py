@@ -162,9 +162,9 @@ def run_study(spec: StudySpec, cluster: Cluster, out_dir: Union[str, Path], *,
         from .report import write_report
 
         files += write_report(out, rows, meta)
+    where = f"report {out / 'report.md'}" if "report.md" in files else f"results {out / 'results.csv'}"
     show({"event": "done", "message": f"study done in {time.monotonic() - t0:.0f}s: "
-                                      f"{sum(r.status == 'ok' for r in rows)} ok of {len(rows)} cells; "
-                                      f"report {out / 'report.md'}"})
+                                      f"{sum(r.status == 'ok' for r in rows)} ok of {len(rows)} cells; {where}"})
     return StudyOutcome(out_dir=str(out), cells=cells, rows=rows, predicted_wall_s=predicted, resumed=resumed,
                         ran=ran, reused=reused, files=files)
 

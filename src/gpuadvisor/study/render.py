@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
+from rich.console import RenderableType
+
+from ..cli.console import Column, Group, Text, block, make_table, to_text
 from ..schemas import Cluster
 from .grid import DEEPSPEED_OVERHEAD_S, LAUNCH_OVERHEAD_S, Cell, cell_wall_s, study_wall_s
 from .progress import fmt_duration
@@ -14,11 +18,16 @@ def _gib(x: float) -> str:
     return f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.0f} MiB"
 
 
-def render_grid(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path) -> str:
+def grid_view(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path) -> RenderableType:
     """The grid as a table, skipped cells with reasons, and the study's predicted wall time."""
     sd = StudyDir(out)
-    head = ["#", "model", "strategy", "GPUs", "plan", "pred tok/s", "pred peak", "pred s/step", "est. wall", "status"]
-    body: list[list[str]] = []
+    ranks = "CPU ranks" if cluster.nodes and all(d.kind == "cpu" for n in cluster.nodes for d in n.devices) else "GPUs"
+    table = make_table(Column("#", justify="right", no_wrap=True), Column("model", overflow="fold", min_width=10),
+                       Column("strategy", no_wrap=True), Column(ranks, justify="right", no_wrap=True),
+                       Column("plan", overflow="fold"), Column("pred tok/s", justify="right", no_wrap=True),
+                       Column("pred peak", justify="right", no_wrap=True),
+                       Column("pred s/step", justify="right", no_wrap=True),
+                       Column("est. wall", justify="right", no_wrap=True), Column("status", no_wrap=True))
     reasons: dict[str, list[str]] = {}
     todo: list[Cell] = []
     for i, c in enumerate(cells, 1):
@@ -33,17 +42,14 @@ def render_grid(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path)
                 todo.append(c)
         wall = cell_wall_s(c, spec.steps, spec.warmup)
         gl = str(c.gpus) if c.nodes == 1 else f"{c.nodes}x{c.devices_per_node}"
-        body.append([str(i), c.model, c.strategy, gl,
+        table.add_row(*[str(i), c.model, c.strategy, gl,
                      f"mb={c.plan.micro_batch_size} m={c.plan.num_micro_batches}" if c.plan else "-",
                      f"{est.tokens_per_s:,.0f}" if est else "-", _gib(est.memory.total) if est else "-",
                      f"{est.step_time_s:.4f}" if est else "-",
                      fmt_duration(wall) if c.runnable and not done else "-", status])
-    widths = [max(len(r[k]) for r in [head] + body) for k in range(len(head))]
-    lines = [f"study grid on cluster '{cluster.name}' ({cluster.num_devices} devices): {len(spec.models)} model(s), "
-             f"{spec.steps} timed + {spec.warmup} warm-up steps per cell, folder {out}"]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in body]
+    head = Text(f"study grid on cluster '{cluster.name}' ({cluster.num_devices} devices): {len(spec.models)} "
+                f"model(s), {spec.steps} timed + {spec.warmup} warm-up steps per cell, folder {out}")
+    lines: list[str] = []
     if reasons:
         lines += ["", "skipped:"] + [f"  {','.join(ids)}: {why}" for why, ids in reasons.items()]
     notes = [c for c in cells if c.runnable and c.note]
@@ -55,4 +61,9 @@ def render_grid(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path)
                   f"{spec.steps + spec.warmup} steps + {LAUNCH_OVERHEAD_S:g} s per launch"
                   + (f" + {DEEPSPEED_OVERHEAD_S:g} s DeepSpeed start-up for {n_ds} ZeRO cell(s)" if n_ds else "")
                   + "); nothing has run (drop --dry-run to start)."]
-    return "\n".join(lines)
+    return Group(head, table, block(lines))
+
+
+def render_grid(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path, width: Optional[int] = None) -> str:
+    """grid_view as plain text, `width` columns wide (default: the terminal's or COLUMNS)."""
+    return to_text(grid_view(cells, spec, cluster, out), width)

@@ -1,9 +1,9 @@
-"""Progress of a confirm study: a live line on a terminal, plain log lines otherwise."""
+"""Progress of a confirm study, shown through the shared LiveProgress (ticking trial clock on a terminal)."""
 from __future__ import annotations
 
-import sys
-import time
-from typing import Any, Callable, Optional, TextIO, Union
+from typing import Any, Callable, Optional, Union
+
+from ..cli.progress import LiveProgress, fmt_duration
 
 ProgressArg = Union[None, bool, Callable[[dict[str, Any]], None]]
 
@@ -13,36 +13,36 @@ def _fmt_tps(x: Optional[float]) -> str:
 
 
 class Progress:
-    """Receives events {'event': 'start'|'trial'|'done'|'note', ...} and shows them."""
+    """Receives events {'event': 'start'|'trial'|'result'|'done'|'note', ...} and shows them.
 
-    def __init__(self, stream: Optional[TextIO] = None, live: Optional[bool] = None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() if live is None else live
-        self._t0 = time.monotonic()
+    During a trial the live line reads "trial N (...): PLAN  trial 12s  budget 1m40s/15m00s  best ..." with both
+    clocks ticking; without a terminal each event is one "gpuadvisor confirm: ..." line.
+    """
+
+    def __init__(self, view: Optional[LiveProgress] = None):
+        self.view = view or LiveProgress("gpuadvisor confirm")
 
     def __call__(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
         best = _fmt_tps(ev.get("best_tokens_per_s"))
-        clock = f"{ev.get('elapsed_s', 0):.0f}s/{ev.get('budget_s', 0):.0f}s"
         if kind == "trial":
             seed = f" (cost-model pick {ev['seed_rank'] + 1} of {ev['top_k']})" if ev.get("seed_rank") is not None \
                 else " (exploring)"
-            line = f"trial {ev['n']}{seed}: {ev['plan']}  elapsed {clock}  best {best}"
-            self._write(line, final=False)
-        elif kind == "result":
-            line = (f"trial {ev['n']} {ev['status']}: {ev['plan']}  measured {_fmt_tps(ev.get('measured'))} "
-                    f"predicted {_fmt_tps(ev.get('predicted'))}  best {best}")
-            self._write(line, final=True)
-        elif kind in ("start", "done", "note"):
-            self._write(ev.get("message", ""), final=True)
+            used, budget = float(ev.get("elapsed_s", 0)), float(ev.get("budget_s", 0))
 
-    def _write(self, line: str, final: bool) -> None:
-        """Overwrite the live line on a TTY; one log line per event otherwise."""
-        if self.live:
-            self.stream.write("\r\033[K" + line + ("\n" if final else ""))
-        elif final or not self.live:
-            self.stream.write(f"gpuadvisor confirm: {line}\n")
-        self.stream.flush()
+            def tail(dt: float) -> str:
+                return f"trial {fmt_duration(dt)}  budget {fmt_duration(used + dt)}/{fmt_duration(budget)}  best {best}"
+
+            self.view.step(f"trial {ev['n']}{seed}: {ev['plan']}", tail)
+        elif kind == "result":
+            self.view.end_step()
+            self.view.log(f"trial {ev['n']} {ev['status']}: {ev['plan']}  measured {_fmt_tps(ev.get('measured'))} "
+                          f"predicted {_fmt_tps(ev.get('predicted'))}  best {best}")
+        elif kind in ("start", "note"):
+            self.view.log(ev.get("message", ""))
+        elif kind == "done":
+            self.view.close()
+            self.view.log(ev.get("message", ""))
 
 
 def make_progress(progress: ProgressArg) -> Callable[[dict[str, Any]], None]:

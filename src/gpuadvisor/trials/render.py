@@ -1,32 +1,55 @@
-"""Plain-text table of a confirm study: predicted vs measured per trial, the winner, the first pick's gap."""
+"""The confirm study as a rich table (predicted vs measured per trial), the verdict and the dashboard command."""
 from __future__ import annotations
 
+import shlex
+from typing import Optional
+
+from rich.console import RenderableType
+
+from ..cli.console import Column, Group, Text, block, make_table, to_text
 from ..cli.render import compact_plan, human_bytes, human_rate, human_time
 from .schemas import ConfirmResult
 
 
-def render_confirm(r: ConfirmResult) -> str:
-    """Trials table (plan, status, predicted, measured, ratio, peak memory) plus the verdict."""
-    hdr = f"{'#':>3}  {'plan':<52} {'status':<15} {'pred/s':>8} {'meas/s':>8} {'m/p':>5} {'peak mem':>10}"
-    out = [f"Confirm study '{r.study_name}' ({r.storage}); {human_time(r.elapsed_s)} of "
-           f"{human_time(r.budget_s)} budget used", hdr, "-" * len(hdr)]
+def dashboard_command(storage: str) -> str:
+    """The shell command that opens the study storage in optuna-dashboard (password stays masked)."""
+    return f"optuna-dashboard {shlex.quote(storage)}"
+
+
+def confirm_view(r: ConfirmResult) -> RenderableType:
+    """Trials table (plan, status, predicted, measured, ratio, peak memory), errors, verdict and dashboard hint."""
+    table = make_table(Column("#", justify="right", no_wrap=True), Column("plan", overflow="fold", min_width=16),
+                       Column("status", no_wrap=True), Column("pred/s", justify="right", no_wrap=True),
+                       Column("meas/s", justify="right", no_wrap=True), Column("m/p", justify="right", no_wrap=True),
+                       Column("peak mem", justify="right", no_wrap=True))
+    errors: list[str] = []
     for t in r.trials:
         pred = human_rate(t.predicted_tokens_per_s) if t.predicted_tokens_per_s else "-"
         meas = human_rate(t.measured_tokens_per_s) if t.measured_tokens_per_s else "-"
         ratio = f"{t.measured_over_predicted:.2f}" if t.measured_over_predicted else "-"
         mem = human_bytes(t.measured_peak_memory_bytes) if t.measured_peak_memory_bytes else "-"
         tag = "" if t.seed_rank is None else f"[top{t.seed_rank + 1}] "
-        out.append(f"{t.number:>3}  {(tag + compact_plan(t.plan)):<52} {t.status:<15} {pred:>8} {meas:>8} {ratio:>5} {mem:>10}")
+        # spaces between the knobs let a long plan wrap inside its cell
+        table.add_row(str(t.number), tag + compact_plan(t.plan).replace(",", " "), t.status, pred, meas, ratio, mem)
         if t.error:
-            out.append(f"     error: {' '.join(t.error.split())[:150]}")
+            errors.append(f"trial {t.number} error: {' '.join(t.error.split())[:300]}")
+    head = (f"Confirm study '{r.study_name}' ({r.storage}); {human_time(r.elapsed_s)} of "
+            f"{human_time(r.budget_s)} budget used")
+    lines = list(errors)
     if r.winner is None:
-        out.append("No trial succeeded: see the errors above.")
+        lines.append("No trial succeeded: see the errors above.")
     else:
-        out.append(f"Confirmed winner: {compact_plan(r.winner)} at {human_rate(r.winner_measured_tokens_per_s or 0)}/s "
-                   "measured")
+        lines.append(f"Confirmed winner: {compact_plan(r.winner)} at "
+                     f"{human_rate(r.winner_measured_tokens_per_s or 0)}/s measured")
         if r.first_pick_gap_pct is not None:
             verdict = ("the cost model's first pick won" if r.first_pick_gap_pct <= 0 else
                        f"the cost model's first pick measured {r.first_pick_gap_pct:.1f}% below the best")
-            out.append(f"First pick: {compact_plan(r.first_pick) if r.first_pick else '-'}; {verdict}")
-    out += [f"note: {n}" for n in r.notes]
-    return "\n".join(out)
+            lines.append(f"First pick: {compact_plan(r.first_pick) if r.first_pick else '-'}; {verdict}")
+    lines += [f"note: {n}" for n in r.notes]
+    lines.append(f"Browse the trials: {dashboard_command(r.storage)}")
+    return Group(Text(head, style="bold"), table, block(lines))
+
+
+def render_confirm(r: ConfirmResult, width: Optional[int] = None) -> str:
+    """confirm_view as plain text, `width` columns wide (default: the terminal's or COLUMNS)."""
+    return to_text(confirm_view(r), width)
