@@ -34,3 +34,35 @@ def test_render_confirm_table_and_verdict():
         wide = r.model_copy(update={"trials": [*r.trials, _row(3, long, "ok", 1.0, 1.0)]})
         out = render_confirm(wide, width=width)
         assert max(map(len, out.splitlines())) <= width and "recompute=true" in out
+
+
+def test_confirm_progress_ticks_during_a_trial_and_is_plain_when_piped():
+    import io
+    import time
+
+    from gpuadvisor.cli.console import make_console
+    from gpuadvisor.cli.progress import LiveProgress
+    from gpuadvisor.trials.progress import Progress
+
+    trial = {"event": "trial", "n": 1, "plan": "dp=2,mb=4", "seed_rank": 0, "top_k": 3, "elapsed_s": 60,
+             "budget_s": 900, "best_tokens_per_s": None}
+    result = {"event": "result", "n": 1, "plan": "dp=2,mb=4", "status": "ok", "measured": 900.0, "predicted": 1000.0,
+              "best_tokens_per_s": 900.0}
+    live = io.StringIO()
+    p = Progress(LiveProgress("gpuadvisor confirm", console=make_console(live, force_terminal=True, width=120)))
+    p(trial)
+    deadline = time.monotonic() + 10
+    while "trial 1s  budget 1m01s/15m00s" not in live.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    p(result)
+    p({"event": "done", "message": "winner dp=2,mb=4"})
+    text = live.getvalue()
+    assert "trial 1 (cost-model pick 1 of 3): dp=2,mb=4" in text and "trial 1s  budget 1m01s/15m00s" in text
+    assert "trial 1 ok: dp=2,mb=4  measured 900 tok/s" in text and "winner dp=2,mb=4" in text
+    plain = io.StringIO()
+    q = Progress(LiveProgress("gpuadvisor confirm", console=make_console(plain, width=120)))
+    for ev in (trial, result):
+        q(ev)
+    assert "\x1b" not in plain.getvalue() and plain.getvalue().splitlines() == [
+        "gpuadvisor confirm: trial 1 (cost-model pick 1 of 3): dp=2,mb=4  trial 0s  budget 1m00s/15m00s  best -",
+        "gpuadvisor confirm: trial 1 ok: dp=2,mb=4  measured 900 tok/s predicted 1,000 tok/s  best 900 tok/s"]

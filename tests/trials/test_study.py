@@ -115,6 +115,26 @@ def test_resume_continues_and_refuses_mismatch(storage, home, tmp_path, workload
     assert not spent.trials or all(t.status == "pending" for t in spent.trials)
 
 
+def test_optuna_conventions(home, tmp_path, workload, mark):
+    """Readable default study name, metric name for the dashboard, skipped plans PRUNED (not FAIL)."""
+    import optuna
+
+    db = tmp_path / "studies.db"
+    res = _run(workload, str(db), None, tmp_path / "started.txt", mark, max_trials=2)
+    assert res.study_name.endswith(res.fingerprint[:8]) and res.study_name.startswith("tiny")
+    assert all(c.isalnum() or c in ".-" for c in res.study_name), res.study_name
+    study = optuna.load_study(study_name=res.study_name, storage=f"sqlite:///{db}")
+    assert study.metric_names == ["tokens_per_s"]
+    states = {r.status: study.trials[r.number].state for r in res.trials}
+    assert states["skipped"] == optuna.trial.TrialState.PRUNED and states["oom"] == optuna.trial.TrialState.FAIL
+    from gpuadvisor.trials.render import render_confirm
+
+    assert f"optuna-dashboard sqlite:///{db}" in " ".join(render_confirm(res, width=200).split())
+    other = workload.model_copy(update={"training": workload.training.model_copy(update={"seq_len": 64})})
+    with pytest.raises(UserError, match="pick a new --study-name"):
+        _run(other, str(db), res.study_name, tmp_path / "started.txt", mark, max_trials=1)
+
+
 SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})

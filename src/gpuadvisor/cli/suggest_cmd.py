@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
                   global_batch=args.global_batch, precision=args.precision)
     if args.top < 1:
         raise UserError(f"--top must be at least 1, got {args.top}")
+    if args.study_name and not args.confirm:
+        raise UserError("--study-name only applies with --confirm K; add --confirm or drop --study-name")
     if len(args.what_if) > 1 and (args.confirm or args.emit):
         raise UserError("--confirm and --emit act on one cluster but several --what-if scenarios were given; "
                         "keep one --what-if (combine changes with commas: nic=10gbe,gpus=2x4) or drop --confirm/--emit")

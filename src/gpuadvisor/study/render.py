@@ -22,12 +22,13 @@ def grid_view(cells: list[Cell], spec: StudySpec, cluster: Cluster, out: Path) -
     """The grid as a table, skipped cells with reasons, and the study's predicted wall time."""
     sd = StudyDir(out)
     ranks = "CPU ranks" if cluster.nodes and all(d.kind == "cpu" for n in cluster.nodes for d in n.devices) else "GPUs"
-    table = make_table(Column("#", justify="right", no_wrap=True), Column("model", overflow="fold", min_width=10),
-                       Column("strategy", no_wrap=True), Column(ranks, justify="right", no_wrap=True),
-                       Column("plan", overflow="fold"), Column("pred tok/s", justify="right", no_wrap=True),
-                       Column("pred peak", justify="right", no_wrap=True),
-                       Column("pred s/step", justify="right", no_wrap=True),
-                       Column("est. wall", justify="right", no_wrap=True), Column("status", no_wrap=True))
+    # two-line headers keep the numeric columns narrow, so the text columns keep room at 80 columns
+    table = make_table(Column("#", justify="right", no_wrap=True), Column("model", overflow="fold"),
+                       Column("strategy", overflow="fold"), Column(ranks.replace(" ", "\n"), justify="right"),
+                       Column("plan", overflow="fold"), Column("pred\ntok/s", justify="right", no_wrap=True),
+                       Column("pred\npeak", justify="right", no_wrap=True),
+                       Column("pred\ns/step", justify="right", no_wrap=True),
+                       Column("est.\nwall", justify="right", no_wrap=True), Column("status", overflow="fold"))
     reasons: dict[str, list[str]] = {}
     todo: list[Cell] = []
     for i, c in enumerate(cells, 1):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -30,6 +31,18 @@ from .store import MeasurementStore, rows_from_trial
 from .procs import alive, stat
 
 MIN_TRIAL_S = 5.0
+METRIC = "tokens_per_s"  # the objective's name in Optuna (dashboard axis label)
+
+
+def default_study_name(cluster: Cluster, workload: Workload, fingerprint: str) -> str:
+    """A readable, stable study name: <model>-<cluster>-<8 hex of the fingerprint>, e.g. gpt2-xl-1.5b-a40x2-1a2b3c4d.
+
+    The fingerprint part keeps different settings apart; the same settings give the same name, so a rerun resumes.
+    """
+    def slug(text: str) -> str:
+        return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")[:40].strip("-.")
+
+    return "-".join(x for x in (slug(workload.model.name), slug(cluster.name), fingerprint[:8]) if x)
 
 
 def _h(obj: Any) -> str:
@@ -48,10 +61,12 @@ def _open_study(name: str, storage: Any, sampler: PlanSampler, parts: dict, fp: 
 
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
                                 load_if_exists=True)
+    if study.metric_names is None:  # optuna-dashboard labels the objective axis with it
+        study.set_metric_names([METRIC])
     attrs = study.user_attrs
     if "fingerprint" not in attrs:
         if study.trials:
-            raise UserError(f"study '{name}' in {masked} was not made by gpuadvisor confirm; pick another --study name")
+            raise UserError(f"study '{name}' in {masked} was not made by gpuadvisor confirm; pick another --study-name")
         study.set_user_attr("fingerprint", fp)
         study.set_user_attr("fingerprint_parts", parts)
         study.set_user_attr("elapsed_s", 0.0)
@@ -60,7 +75,7 @@ def _open_study(name: str, storage: Any, sampler: PlanSampler, parts: dict, fp: 
         old = attrs.get("fingerprint_parts", {})
         diff = [k for k in parts if old.get(k) != parts[k]] or ["fingerprint"]
         raise UserError(f"study '{name}' was made for a different {', '.join(diff)}; refusing to resume it "
-                        f"(pick a new --study name, or rerun with the original settings)")
+                        f"(pick a new --study-name, or rerun with the original settings)")
     return study, True
 
 
@@ -186,8 +201,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     rules out the plan and larger micro-batches of its layout. `storage` is None (SQLite file
     <user data>/studies.db, this process the only writer), a SQLite path, or postgresql://... for several
     workers. Setting `cancel` (a threading.Event, e.g. from a UI) stops the running trial's processes
-    and returns the results so far; the stopped trial is failed and retried once by a later run. The study name defaults to one derived from the fingerprint of cluster, workload, search space
-    and gpuadvisor version, so rerunning the same command resumes it; resuming a named study with a
+    and returns the results so far; the stopped trial is failed and retried once by a later run. The study name defaults to <model>-<cluster>-<fingerprint> (the fingerprint covers cluster, workload, search
+    space and gpuadvisor version), so rerunning the same command resumes it; resuming a named study with a
     different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
     once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
     """
@@ -200,7 +215,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     space = SearchSpace(planner.estimates(), planner.top(top_k), workload)
     parts = fingerprint_parts(cluster, workload, space, steps, warmup)
     fp = _h(parts)[:16]
-    name = study_name or f"confirm-{fp[:12]}"
+    name = study_name or default_study_name(cluster, workload, fp)
     from .storage import open_storage
 
     st, masked = open_storage(storage)
@@ -241,7 +256,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
             trial.set_user_attr("status", "skipped")
             trial.set_user_attr("plan", key)
             trial.set_user_attr("error", "not run: not a candidate, already tried, or ruled out by an earlier OOM")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # not run, so not a failure
             continue
         est = space.estimates[key]
         ran += 1
