@@ -53,3 +53,17 @@ def test_what_if():
     for bad in ("nic=warp", "gpus=two", "color=red", "nvlink"):
         with pytest.raises(UserError):
             apply_what_if(cl, bad)
+
+
+def test_reason_wording_has_no_negative_or_zero_percent():
+    from gpuadvisor.ranking.rank import _compare
+
+    assert _compare("A", "B", -44.2, "cost") == "A ranks above B by cost despite 44% fewer tokens/s"
+    assert _compare("A", "B", 0.2, "throughput") == "A runs as fast as B (within 0.5% in tokens/s)"
+    assert _compare("A", "B", 3.04, "throughput") == "A beats B by 3.0% in tokens/s"
+    cl = load_preset("nano-cluster-2x2-a40-1gbe")
+    for objective in ("throughput", "memory", "cost"):
+        r = rank(cl, make_workload("gpt-300m"), top=5, objective=objective, price_per_gpu_hour=1.0)
+        for e in r.top:
+            for reason in e.reasons:
+                assert "by -" not in reason and "by 0%" not in reason, reason

@@ -131,3 +131,29 @@ def test_progress_plain_and_live():
     q({"event": "done", "message": "done"})
     text = live.getvalue()
     assert "[2/3] m tp x2" in text and "cell 1s  elapsed 6s  ETA 1m04s" in text and "done" in text
+
+
+def test_no_plots_names_only_the_files_it_wrote(tmp_path):
+    events: list[dict] = []
+    res = _run(tmp_path / "s", spec=_spec(strategies=("dp",), pp=("p",)), progress=events.append, plots=False)
+    done = next(e for e in events if e["event"] == "done")["message"]
+    assert "report.md" not in done and "results.csv" in done and "report.md" not in res.files
+
+
+def test_study_json_outside_dry_run(tmp_path, capsys, monkeypatch):
+    import gpuadvisor.study.execute as execute
+    from gpuadvisor.cli import main
+
+    real = execute.run_study
+
+    def with_fake_trainer(spec, cluster, out, **kw):
+        kw.update(trainer_module=str(FAKES / "ok.py"), launcher="local", grace_s=1.0, trial_timeout_s=60)
+        return real(spec, cluster, out, **kw)
+
+    monkeypatch.setattr(execute, "run_study", with_fake_trainer)
+    rc = main(["study", "--models", TINY, "--strategies", "dp", "--gpus", "1,2", "--cpu-ranks", "2", "--steps", "3",
+               "--warmup", "1", "--global-batch", "8", "--out", str(tmp_path / "s"), "--no-plots", "--json"])
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout is only the JSON; progress went to stderr
+    assert rc == 0 and [r["status"] for r in doc["rows"]] == ["ok", "ok"]
+    assert doc["files"] == ["results.csv", "results.json"] and "gpuadvisor study:" in captured.err

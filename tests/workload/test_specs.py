@@ -65,12 +65,22 @@ def test_snapping_says_how_far():
     assert "snapped to 355M (gpt2-medium, 1.4% away)" in resolve_model("350M").source
 
 
-@pytest.mark.parametrize("text", ["3.3B", "2B", "250B", "40M"])
+@pytest.mark.parametrize("text", ["3.3B", "2B", "250B", "40M", "0.5M", "1e3T"])
 def test_unknown_size_is_one_line_user_error(text):
     with pytest.raises(UserError) as exc:
         resolve_model(text)
     msg = str(exc.value)
-    assert "\n" not in msg and f"unknown model size '{text}'" in msg and "--layers/--hidden/--heads" in msg
+    # echoes what was typed (0.5M, not 500K) and names only options that exist
+    assert "\n" not in msg and f"unknown model size '{text}'" in msg and "config.json" in msg
+    assert "--layers" not in msg
+
+
+def test_param_counts_read_as_words():
+    from gpuadvisor.cli.render import human_count
+
+    assert [human_count(x) for x in (1.56e9, 124e6, 1.25e3, 7e12, 1.1200013010e17)] == \
+        ["1.56B", "124M", "1.25K", "7.00T", "1.12e+17"]
+    assert catalog.format_size(1.1200013010e17) == "1.12e+17" and catalog.format_size(0.5e6) == "500K"
 
 
 def test_unknown_name_lists_presets():

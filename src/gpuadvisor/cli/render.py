@@ -20,6 +20,16 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} PiB"
 
 
+def human_count(n: float) -> str:
+    """Parameter counts: 1.56e9 -> '1.56B', 350e6 -> '350M', 12e3 -> '12K'; past 1000T scientific ('1.12e+17')."""
+    if n >= 1e15:
+        return f"{n:.3g}"
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{suffix}" if n < 10 * scale else f"{n / scale:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
 def human_rate(x: float) -> str:
     """Tokens/s with k/M suffix."""
     if x >= 1e6:
@@ -59,7 +69,7 @@ def describe_cluster(c: Cluster) -> str:
 def describe_workload(w: Workload) -> str:
     """One line: model name, params, seq len, batch, precision."""
     m, t = w.model, w.training
-    params = f"{m.params / 1e9:.2f}B" if m.params >= 1e9 else f"{m.params / 1e6:.0f}M"
+    params = human_count(m.params)
     if m.kind == "transformer":
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
                 f"global batch {t.global_batch}, {t.precision}")

@@ -173,7 +173,17 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
     why = f"less {what}" if gain > 0 else "a similar breakdown"
     if objective == "cost" and a.plan.world_size < b.plan.world_size:
         why = f"{b.plan.world_size - a.plan.world_size} fewer GPUs for {ta / tb:.2f}x the throughput"
-    return [f"{_label(a.plan)} beats {_label(b.plan)} by {pct:.0f}% in tokens/s: {why}."]
+    return [f"{_compare(_label(a.plan), _label(b.plan), pct, objective)}: {why}."]
+
+
+def _compare(a: str, b: str, pct: float, objective: str) -> str:
+    """How `a` (ranked above `b`) compares in tokens/s: faster, as fast (within 0.5%), or slower but ranked first."""
+    if abs(pct) < 0.5:
+        return f"{a} runs as fast as {b} (within 0.5% in tokens/s)"
+    amount = f"{abs(pct):.1f}%" if abs(pct) < 10 else f"{abs(pct):.0f}%"
+    if pct > 0:
+        return f"{a} beats {b} by {amount} in tokens/s"
+    return f"{a} ranks above {b} by {objective} despite {amount} fewer tokens/s"
 
 
 def _fits_nowhere(e, ctx, n: int) -> str:

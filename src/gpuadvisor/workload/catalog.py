@@ -38,7 +38,9 @@ def normalize(name: str) -> str:
 
 
 def format_size(n: float) -> str:
-    """1.5e9 -> '1.5B', 124e6 -> '124M'."""
+    """1.5e9 -> '1.5B', 124e6 -> '124M'; beyond 1000T in scientific notation ('1.12e+17')."""
+    if n >= 1e15:
+        return f"{n:.3g}"
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= scale:
             return f"{n / scale:.4g}{suffix}"
@@ -128,10 +130,11 @@ def preset_names() -> list[str]:
     return list(presets())
 
 
-def nearest_size(n: float, tolerance: float = 0.2) -> tuple[Preset, str, float]:
+def nearest_size(n: float, tolerance: float = 0.2, typed: Optional[str] = None) -> tuple[Preset, str, float]:
     """The preset whose nominal size is nearest to `n`: (preset, label, relative distance).
 
-    Raises UserError when none is within `tolerance` (relative to the documented size).
+    Raises UserError when none is within `tolerance` (relative to the documented size); the message
+    quotes `typed` (what the user wrote, e.g. '0.5M') when given.
     """
     table = sizes()
     best = min(table, key=lambda s: abs(n - s) / s)
@@ -139,8 +142,8 @@ def nearest_size(n: float, tolerance: float = 0.2) -> tuple[Preset, str, float]:
     if rel > tolerance:
         known = ", ".join(label for label, _ in table.values())
         raise UserError(
-            f"unknown model size '{format_size(n)}': known sizes {known} (±{tolerance:.0%}); "
-            "or give --layers/--hidden/--heads"
+            f"unknown model size '{typed or format_size(n)}': known sizes {known} (±{tolerance:.0%}); "
+            "or give a preset name or the path of a HuggingFace config.json with the model's shape"
         )
     label, key = table[best]
     return presets()[key], label, rel

@@ -42,8 +42,7 @@ def _load(path: Path) -> dict[str, Any]:
 def _int(cfg: dict[str, Any], key: str, path: Path, family: str) -> int:
     """cfg[key] as a positive int, or a one-line UserError naming the key."""
     if cfg.get(key) is None:
-        raise UserError(f"model config {path}: missing key '{key}' ({family} config); add it or give "
-                        "--layers/--hidden/--heads")
+        raise UserError(f"model config {path}: missing key '{key}' ({family} config); add it to the file")
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"model config {path}: key '{key}' must be a positive integer, got {value!r}")
@@ -82,7 +81,7 @@ def model_from_hf_config(path_text: str) -> ModelSpec:
         )
     else:
         raise UserError(f"model config {path}: missing key 'n_layer' or 'num_hidden_layers' (not a GPT-2 or "
-                        "Llama-style config); give --layers/--hidden/--heads instead")
+                        "Llama-style config); write one with n_layer, n_embd and n_head (GPT-2 names)")
     try:
         return ModelSpec(name=name, source=f"HuggingFace config {path} ({fam} keys)", **fields)
     except ValueError as exc:

@@ -31,7 +31,7 @@ def resolve_preset(text: str) -> tuple[ModelSpec, Optional[catalog.Preset]]:
         return model_from_hf_config(t), None
     n = catalog.parse_size(t)
     if n is not None:
-        preset, label, rel = catalog.nearest_size(n)
+        preset, label, rel = catalog.nearest_size(n, typed=t)
         spec = _described(preset.spec, preset)
         if rel == 0:
             source = f"size {label} -> {preset.key}; {spec.source}"
