@@ -53,6 +53,11 @@ def test_outputs_and_report(tmp_path):
         float(dp["tokens_per_s"]) / float(base["tokens_per_s"]) / 2 * 100)
     html = (out / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == 7 and 'src="http' not in html
+    assert '<html lang="en">' in html and '<meta name="viewport" content="width=device-width' in html
+    figures = json.loads((out / "plots.json").read_text())
+    assert {f["devices"] for f in figures.values()} == {"CPU ranks"}  # a CPU study never says GPUs
+    panels = [t for f in figures.values() for t in f["panels"]]
+    assert panels and all("2-layer transformer, hidden 32, 4 heads" in t and TINY not in t for t in panels)
     md = (out / "report.md").read_text()
     assert "![throughput.png](throughput.png)" in md and "## Findings" in md and "## Predicted vs measured" in md
     # single node: the network figure says so instead of drawing empty axes

@@ -71,6 +71,7 @@ def meta_of(spec: StudySpec, cluster: Cluster, workloads: dict[str, Workload], p
         "gpuadvisor_version": __version__, "host": socket.gethostname(), "cluster": cluster.name,
         "cluster_source": cluster.source, "devices": cluster.num_devices,
         "device_kinds": sorted({d.name for n in cluster.nodes for d in n.devices}),
+        "device_kind": "cpu" if all(d.kind == "cpu" for n in cluster.nodes for d in n.devices) else "gpu",
         "nodes": len(cluster.nodes), "steps": spec.steps, "warmup": spec.warmup,
         "strategies": spec.strategies, "gpus": [g.label for g in spec.gpus], "pp_microbatches": spec.pp_microbatches,
         "predicted_wall_s": predicted_wall_s,

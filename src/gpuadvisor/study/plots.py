@@ -9,8 +9,9 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
 
+from .plot_style import bar_figure_width, bar_points, log_ticks, model_title, smart
 from .results import StudyRow
 from .state import write_file
 
@@ -89,8 +90,8 @@ def _save(fig: Any, path: Path) -> None:
     write_file(path, buf.getvalue())
 
 
-def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[float]]]], fmt: str = "{:.0f}",
-          annotate: bool = True) -> dict[tuple[str, int], tuple[float, float]]:
+def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[float]]]],
+          fmt: Union[str, Callable[[float], str]] = "{:.0f}", annotate: bool = True) -> dict[tuple[str, int], tuple[float, float]]:
     """Grouped bars, one group per x label; each group holds only the series that have a value there, centred.
 
     Returns {(series label, group index): (bar centre, bar width)} for overlays.
@@ -110,8 +111,10 @@ def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[floa
             seen.add(label)
             where[(label, j)] = (x, width)
             if annotate:
-                ax.annotate(fmt.format(y), (x, y), ha="center", va="bottom", fontsize=6.5,
-                            rotation=90 if len(present) > 4 else 0, xytext=(0, 2), textcoords="offset points")
+                text = fmt(y) if callable(fmt) else fmt.format(y)
+                upright = bar_points(ax, width, len(groups)) >= 6.0 * len(text) + 2  # does it fit across the bar?
+                ax.annotate(text, (x, y), ha="center", va="bottom", fontsize=8, rotation=0 if upright else 90,
+                            xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups)
     ax.margins(y=0.12)
@@ -124,13 +127,28 @@ def _legend_out(ax: Any) -> None:
 
 
 class Recorder:
-    """Collects the arrays each figure draws (written to plots.json)."""
+    """Collects the arrays each figure draws (written to plots.json); knows the device noun and model titles."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = False, titles: Optional[dict[str, str]] = None) -> None:
         self.data: dict[str, dict[str, Any]] = {}
+        self.device = "CPU rank" if cpu else "GPU"
+        self.devices = "CPU ranks" if cpu else "GPUs"
+        self.titles = titles or {}
+        self._current = ""
+
+    def title(self, model: str) -> str:
+        """The model in words, e.g. '2-layer transformer, hidden 32, 4 heads (34K params)'."""
+        return self.titles.get(model) or model_title(model)
+
+    def panel(self, ax: Any, what: str, model: str) -> None:
+        """A panel title: what it shows, then the model in words."""
+        text = f"{what}\n{self.title(model)}"
+        ax.set_title(text, fontsize=10)
+        self.data[self._current]["panels"].append(text)
 
     def fig(self, name: str, title: str, **info: Any) -> dict[str, Any]:
-        self.data[name] = {"title": title, "series": [], **info}
+        self.data[name] = {"title": title, "devices": self.devices, "panels": [], "series": [], **info}
+        self._current = name
         return self.data[name]
 
     def series(self, name: str, panel: str, label: str, x: list, y: list, unit: str, metric: str) -> None:
@@ -174,9 +192,9 @@ def plot_throughput(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
                 allv += ys
         if base is not None:
             ideal = [base * eval_gpus(g) for g in labels]
-            ax.plot(range(len(labels)), ideal, ls="--", color="#999999", label="ideal (1 GPU x N)")
+            ax.plot(range(len(labels)), ideal, ls="--", color="#999999", label=f"ideal (1 {rec.device} x N)")
             ax.scatter([labels.index("1")] if "1" in labels else [], [base], color="black", zorder=5,
-                       label="1-GPU baseline")
+                       label=f"1-{rec.device} baseline")
             rec.series(name, model, "single", ["1"], [base], "tokens/s", "tokens_per_s")
             allv += ideal
         if not allv:
@@ -185,11 +203,11 @@ def plot_throughput(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             _log_if_wide(ax, allv, 10.0)
             ax.set_xticks(range(len(labels)))
             ax.set_xticklabels(labels)
-            ax.set_xlabel("GPUs (NxM = nodes x GPUs per node)")
+            ax.set_xlabel(f"{rec.devices} (NxM = nodes x {rec.devices} per node)")
             ax.set_ylabel("throughput (tokens/s)")
             ax.grid(alpha=0.3)
             _legend_out(ax)
-        ax.set_title(f"{model}: throughput vs GPUs")
+        rec.panel(ax, f"Throughput vs {rec.devices}", model)
     _save(fig, out / name)
     return name
 
@@ -200,7 +218,8 @@ def plot_efficiency(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
     name = "efficiency.png"
     ok = _ok(rows)
     models = _models(rows)
-    fig, axes = _fig(plt, len(models), w=6.0)
+    n_bars = max([sum(1 for r in ok if r.model == m and r.strategy != "single") for m in models] + [1])
+    fig, axes = _fig(plt, len(models), w=bar_figure_width(n_bars))
     rec.fig(name, "Throughput scaling efficiency")
     for ax, model in zip(axes[0], models):
         mrows = [r for r in ok if r.model == model and r.strategy != "single" and r.efficiency_pct is not None]
@@ -212,18 +231,18 @@ def plot_efficiency(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             rec.series(name, model, s, [g for g, y in zip(labels, ys) if y is not None],
                        [y for y in ys if y is not None], "%", "efficiency_pct")
         if not series:
-            _note(ax, f"{model}: no multi-GPU run with a 1-GPU baseline to compare")
+            _note(ax, f"no multi-{rec.device} run with a 1-{rec.device} baseline to compare")
         else:
             _bars(ax, labels, series)
             ax.axhline(100, color="black", lw=0.8, ls="--", label="ideal 100%")
             ax.axhline(80, color="green", lw=0.8, ls=":", label="80% (desirable)")
             ax.axhline(70, color="red", lw=0.8, ls=":", label="70% (poor below)")
-            ax.set_xlabel("GPUs")
+            ax.set_xlabel(rec.devices)
             ax.set_ylabel("scaling efficiency (% of ideal)")
             ax.set_ylim(0, max(110, max(y for _, ys in series for y in ys if y is not None) * 1.15))
             _legend_out(ax)
             ax.grid(axis="y", alpha=0.3)
-        ax.set_title(f"{model}: throughput scaling efficiency")
+        rec.panel(ax, "Throughput scaling efficiency", model)
     _save(fig, out / name)
     return name
 
@@ -248,7 +267,7 @@ def plot_memory(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             rec.series(name, model, s, [g for g, y in zip(labels, ys) if y is not None],
                        [y for y in ys if y is not None], "MiB", "peak_memory_bytes")
         if not series:
-            _note(ax, f"{model}: no successful runs")
+            _note(ax, "no successful runs")
         else:
             where = _bars(ax, labels, series, annotate=False)
             first = True
@@ -260,11 +279,11 @@ def plot_memory(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
                         ax.plot([x - width / 2, x + width / 2], [p / MIB] * 2, color="black", lw=2.0,
                                 label="predicted" if first else None)
                         first = False
-            ax.set_xlabel("GPUs")
+            ax.set_xlabel(rec.devices)
             ax.set_ylabel("peak memory per device (MiB)")
             _legend_out(ax)
             ax.grid(axis="y", alpha=0.3)
-        ax.set_title(f"{model}: peak memory (bars measured)")
+        rec.panel(ax, "Peak memory per device (bars measured)", model)
     _save(fig, out / name)
     return name
 
@@ -286,7 +305,7 @@ def plot_zero(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[str]:
         mrows = [r for r in ok if r.model == model]
         labels = _gpu_labels(mrows)
         stages = [s for s in ZERO if any(r.strategy == s for r in mrows)]
-        xl = ["1 GPU" if s == "single" else s for s in stages]
+        xl = [f"1 {rec.device}" if s == "single" else s for s in stages]
         for ax, attr, unit, scale, title in ((row_axes[0], "tokens_per_s", "tokens/s", 1.0, "throughput"),
                                              (row_axes[1], "peak_memory_bytes", "MiB", MIB, "peak memory")):
             series = []
@@ -295,13 +314,13 @@ def plot_zero(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[str]:
                 for s in stages:
                     v = _value(mrows, model, s, g, attr)
                     ys.append(v / scale if v is not None else None)
-                lab = f"{g} GPU" + ("s" if g != "1" else "")
+                lab = f"{g} {rec.device if g == '1' else rec.devices}"
                 series.append((lab, ys))
                 rec.series(name, f"{model}/{title}", g, [x for x, y in zip(stages, ys) if y is not None],
                            [y for y in ys if y is not None], unit, attr)
-            _bars(ax, xl, series, fmt="{:.0f}")
+            _bars(ax, xl, series, fmt=smart)
             ax.set_ylabel(f"{title} ({unit})")
-            ax.set_title(f"{model}: {title} by ZeRO stage")
+            rec.panel(ax, f"{title[:1].upper() + title[1:]} by ZeRO stage", model)
             ax.legend(fontsize=7)
             ax.grid(axis="y", alpha=0.3)
     _save(fig, out / name)
@@ -329,20 +348,20 @@ def plot_pipeline(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[st
                 rec.series(name, model, s, [g for g, y in zip(labels, ys) if y is not None],
                            [y for y in ys if y is not None], "tokens/s", "tokens_per_s")
         if not series:
-            _note(ax, f"{model}: no successful pipeline run")
+            _note(ax, "no successful pipeline run")
         else:
             _bars(ax, labels, series)
             base = _value(_ok(rows), model, "single", "1", "tokens_per_s")
             if base:
-                ax.axhline(base, color="black", ls="--", lw=0.8, label="1-GPU baseline")
+                ax.axhline(base, color="black", ls="--", lw=0.8, label=f"1-{rec.device} baseline")
             if len(series) == 1:
                 ax.text(0.02, 0.97, "only m=p measured: rerun with --pp-microbatches p,4p", transform=ax.transAxes,
                         va="top", fontsize=7)
-            ax.set_xlabel("GPUs (pipeline stages p)")
+            ax.set_xlabel(f"{rec.devices} (pipeline stages p)")
             ax.set_ylabel("throughput (tokens/s)")
             ax.legend(fontsize=7)
             ax.grid(axis="y", alpha=0.3)
-        ax.set_title(f"{model}: pipeline m=p vs m=4p")
+        rec.panel(ax, "Pipeline micro-batches m=p vs m=4p", model)
     _save(fig, out / name)
     return name
 
@@ -377,8 +396,8 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
                                "(ranks talk through shared memory / NVLink / PCIe), so seed 000's network\n"
                                f"diagnostics are ~0 here (NIC counters saw {background:,} B of background traffic)")
             _note(row_axes[1], "network throughput: ~0 Gbit/s (single node)")
-            row_axes[0].set_title(f"{model}: network volume")
-            row_axes[1].set_title(f"{model}: network throughput")
+            rec.panel(row_axes[0], "Network volume", model)
+            rec.panel(row_axes[1], "Network throughput", model)
             continue
         labels = _gpu_labels(mrows, with_one=False)
         vols, thr = [], []
@@ -408,8 +427,8 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
         row_axes[0].set_ylabel(f"{what} volume per timed window ({unit})")
         row_axes[1].set_ylabel(f"{what} throughput (Gbit/s)")
         for ax, t in ((row_axes[0], "network volume"), (row_axes[1], "network throughput")):
-            ax.set_xlabel("GPUs")
-            ax.set_title(f"{model}: {t}" + (" (loopback)" if source == "loopback" else ""), fontsize=10)
+            ax.set_xlabel(rec.devices)
+            rec.panel(ax, t[:1].upper() + t[1:] + (" (loopback)" if source == "loopback" else ""), model)
             ax.grid(axis="y", alpha=0.3)
         _legend_out(row_axes[1])
     if source == "loopback":
@@ -428,10 +447,11 @@ def plot_predicted(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[s
     plt = _plt()
     name = "predicted_vs_measured.png"
     rec.fig(name, "Predicted vs measured throughput")
-    fig, axes = _fig(plt, 1, w=6.0, h=5.0)
+    fig, axes = _fig(plt, 1, w=9.0, h=5.5)
     ax = axes[0][0]
     models = _models(pts)
-    for s in _strategies(pts):
+    strategies = _strategies(pts)
+    for s in strategies:
         for k, model in enumerate(models):
             sel = [r for r in pts if r.strategy == s and r.model == model]
             if not sel:
@@ -439,21 +459,37 @@ def plot_predicted(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[s
             xs = [r.predicted_tokens_per_s for r in sel]
             ys = [r.tokens_per_s for r in sel]
             ax.scatter(xs, ys, color=COLORS.get(s), marker=MARKERS[k % len(MARKERS)], edgecolor="black",
-                       linewidth=0.4, s=45, label=f"{s}" + (f" / {model}" if len(models) > 1 else ""))
+                       linewidth=0.4, s=45)
             rec.series(name, "all", f"{s}/{model}", xs, ys, "tokens/s", "tokens_per_s")
     vals = [v for r in pts for v in (r.predicted_tokens_per_s, r.tokens_per_s)]
     lo, hi = min(vals) / 2, max(vals) * 2
-    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
-    ax.fill_between([lo, hi], [lo / 2, hi / 2], [lo * 2, hi * 2], color="#cccccc", alpha=0.3, label="within 2x")
+    ideal = ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)[0]
+    band = ax.fill_between([lo, hi], [lo / 2, hi / 2], [lo * 2, hi * 2], color="#cccccc", alpha=0.3)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    for axis in (ax.xaxis, ax.yaxis):
+        log_ticks(axis, hi / lo)
     ax.set_xlabel("predicted throughput (tokens/s)")
     ax.set_ylabel("measured throughput (tokens/s)")
-    ax.set_title("Cost model: predicted vs measured")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Cost model: predicted vs measured throughput")
     ax.grid(alpha=0.3, which="both")
+    # colour = strategy, marker = model: two short legends instead of one entry per pair
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], ls="", marker="o", color=COLORS.get(s), markeredgecolor="black", label=s)
+               for s in strategies] + [ideal, band]
+    labels = [*strategies, "measured = predicted", "within 2x"]
+    first = ax.legend(handles, labels, fontsize=7, title="strategy", title_fontsize=8, loc="upper left",
+                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    if len(models) > 1:
+        ax.add_artist(first)
+        marks = [Line2D([], [], ls="", marker=MARKERS[k % len(MARKERS)], color="#888888", markeredgecolor="black",
+                        label=rec.title(m)) for k, m in enumerate(models)]
+        ax.legend(handles=marks, fontsize=7, title="model", title_fontsize=8, loc="lower left",
+                  bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)
     _save(fig, out / name)
     return name
 
@@ -461,9 +497,14 @@ def plot_predicted(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[s
 PLOTTERS = (plot_throughput, plot_efficiency, plot_memory, plot_zero, plot_pipeline, plot_network, plot_predicted)
 
 
-def make_plots(rows: list[StudyRow], out: Path) -> tuple[list[str], dict[str, Any]]:
-    """Draw every figure that has data; returns the file names and the plotted arrays (for plots.json)."""
-    rec = Recorder()
+def make_plots(rows: list[StudyRow], out: Path, meta: Optional[dict] = None) -> tuple[list[str], dict[str, Any]]:
+    """Draw every figure that has data; returns the file names and the plotted arrays (for plots.json).
+
+    `meta` (results.json's) supplies the device kind (axes read "CPU ranks" on a CPU study) and parameter counts.
+    """
+    meta = meta or {}
+    titles = {m: model_title(m, d.get("params")) for m, d in (meta.get("models") or {}).items()}
+    rec = Recorder(cpu=meta.get("device_kind") == "cpu", titles=titles)
     names = []
     for plot in PLOTTERS:
         n = plot(rows, out, rec)

@@ -201,13 +201,14 @@ def to_html(blocks: list[Block], out: Path) -> str:
             t = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in head) + "</tr>"
             t += "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
             body.append(f"<table>{t}</table>")
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>gpuadvisor study</title>"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>gpuadvisor study</title>"
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def write_report(out: Path, rows: list[StudyRow], meta: dict) -> list[str]:
     """Draw the plots (plus plots.json), then write report.md and report.html; returns the file names."""
-    plots, data = make_plots(rows, out)
+    plots, data = make_plots(rows, out, meta)
     write_file(out / "plots.json", json.dumps(data, indent=1))
     blocks = build_blocks(rows, meta, plots)
     write_file(out / "report.md", to_markdown(blocks))
