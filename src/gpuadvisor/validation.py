@@ -75,23 +75,35 @@ class ValidationReport:
                             "findings_held": sum(f.holds for f in self.findings), "findings": len(self.findings),
                             "orderings_hold": self.orderings_hold}}
 
-    def render(self) -> str:
-        out = [f"{'row':48s} {'metric':26s} {'measured':>12s} {'predicted':>12s} {'error':>8s}"]
+    def view(self) -> Any:
+        """The rows (measured vs predicted), the ordering findings and the summary, as a rich renderable."""
+        from .cli.console import Column, Group, Text, block, make_table
+
+        table = make_table(Column("row", overflow="fold"), Column("metric", overflow="fold"),
+                           Column("measured", justify="right", no_wrap=True),
+                           Column("predicted", justify="right", no_wrap=True),
+                           Column("error", justify="right", no_wrap=True), Column("note", overflow="fold"))
+        def num(v: float) -> str:
+            return f"{v:,.0f}" if 100 <= abs(v) < 1e12 else f"{v:.4g}"
+
         for r in self.rows:
-            pe = "-" if r.predicted is None else f"{r.predicted:12.4g}"
-            er = "-" if r.rel_error is None else f"{r.rel_error:+8.1%}"
-            flag = "" if r.within else "  (outside tolerance)"
-            out.append(f"{r.id:48s} {r.metric:26s} {r.measured:12.4g} {pe:>12s} {er:>8s}{flag}"
-                       + (f"  error: {r.error}" if r.error else ""))
-        out.append("")
-        for f in self.findings:
-            out.append(f"[{'ok' if f.holds else 'FAIL'}] {f.id}: {f.detail}")
-        out.append("")
+            pe = "-" if r.predicted is None else num(r.predicted)
+            er = "-" if r.rel_error is None else f"{r.rel_error:+.1%}"
+            note = "; ".join(x for x in ("" if r.within else "outside tolerance",
+                                         f"error: {r.error}" if r.error else "") if x)
+            table.add_row(r.id, r.metric, num(r.measured), pe, er, note)
+        lines = [""] + [f"[{'ok' if f.holds else 'FAIL'}] {f.id}: {f.detail}" for f in self.findings] + [""]
         med, mx = self.median_abs_error, self.max_abs_error
-        out.append(f"throughput/time rows: median |error| {med:.1%}, max |error| {mx:.1%}" if med is not None
-                   else "no throughput/time rows")
-        out.append(f"orderings: {sum(f.holds for f in self.findings)}/{len(self.findings)} hold")
-        return "\n".join(out)
+        lines.append(f"throughput/time rows: median |error| {med:.1%}, max |error| {mx:.1%}" if med is not None
+                     else "no throughput/time rows")
+        lines.append(f"orderings: {sum(f.holds for f in self.findings)}/{len(self.findings)} hold")
+        return Group(table, block(lines))
+
+    def render(self, width: Optional[int] = None) -> str:
+        """view() as plain text, `width` columns wide (default: the terminal's or COLUMNS)."""
+        from .cli.console import to_text
+
+        return to_text(self.view(), width)
 
 
 def load_rows(paths: Optional[list[Path]] = None) -> list[MeasurementRow]:

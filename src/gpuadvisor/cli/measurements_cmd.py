@@ -56,7 +56,13 @@ def _list(args: argparse.Namespace) -> int:
     if not rows:
         print("no measurements yet (run `gpuadvisor confirm` or `gpuadvisor measurements import FILE`)")
         return 0
+    from .console import Column, emit, make_table
+
+    table = make_table(Column("id", overflow="fold"), Column("metric", overflow="fold"),
+                       Column("value", justify="right", no_wrap=True), Column("unit", no_wrap=True),
+                       Column("strategy", overflow="fold"), Column("source", overflow="fold"))
     for r in rows:
-        print(f"{r.id:<40} {r.metric:<18} {r.value:>14.6g} {r.unit:<9} {r.plan.strategy:<12} {r.source_group}")
+        table.add_row(r.id, r.metric, f"{r.value:.6g}", r.unit, r.plan.strategy, r.source_group)
+    emit(table)
     print(f"{len(rows)} rows", file=sys.stderr)
     return 0

@@ -27,9 +27,11 @@ def run(args: argparse.Namespace) -> int:
             doc["learned"] = learned
         print(json.dumps(doc, indent=2))
     else:
-        print(rep.render())
+        from .console import Text, emit
+
+        emit(rep.view())
         if learned is not None:
-            print(render_learned(learned))
+            emit(Text(render_learned(learned)))
     return 0 if rep.orderings_hold else 1
 
 
