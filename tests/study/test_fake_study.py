@@ -60,6 +60,8 @@ def test_outputs_and_report(tmp_path):
     assert panels and all("2-layer transformer, hidden 32, 4 heads" in t and TINY not in t for t in panels)
     md = (out / "report.md").read_text()
     assert "![throughput.png](throughput.png)" in md and "## Findings" in md and "## Predicted vs measured" in md
+    ours = [line for line in md.splitlines() if "paper" not in line]  # the papers' own results stay on GPUs
+    assert not [line for line in ours if "GPU" in line.replace("NVLink / PCIe", "")] and "1-rank baseline" in md
     # single node: the network figure says so instead of drawing empty axes
     plots = json.loads((out / "plots.json").read_text())
     assert plots["network.png"]["source"] in ("loopback", "none")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -142,7 +143,34 @@ def build_blocks(rows: list[StudyRow], meta: dict, plots: list[str]) -> list[Blo
     blocks += [("p", "Columns of results.csv: tokens_per_s = total tokens / slowest rank's timed window; "
                      "scaling_factor = tokens_per_s / 1-GPU tokens_per_s; efficiency_pct = scaling_factor / GPUs x 100; "
                      "runtime_overhead_pct = (time / 1-GPU time - 1) x 100; network_gbit_per_s = (tx + rx) x 8 / time.")]
-    return blocks
+    return [_cpu_words(b) for b in blocks] if meta.get("device_kind") == "cpu" else blocks
+
+
+# a CPU study's ranks are not GPUs: the report's prose, captions and table headers say so
+_CPU_WORDS = (("1-GPU", "1-rank"), ("one GPU", "one rank"), ("GPU count", "rank count"), ("GPUs", "CPU ranks"),
+              ("GPU", "CPU rank"))
+
+
+def _cpu_words(block: Block) -> Block:
+    """The block with GPU wording replaced by CPU-rank wording (text, list items, table headers; not cells)."""
+    def sub(text: str) -> str:
+        out = []
+        for sentence in re.split(r"(?<=[.;]) ", text):
+            if "paper" not in sentence:  # what the papers measured stays on GPUs
+                for a, b in _CPU_WORDS:
+                    sentence = sentence.replace(a, b)
+            out.append(sentence)
+        return " ".join(out)
+
+    kind, v = block
+    if kind in ("h1", "h2", "h3", "p"):
+        return kind, sub(v)
+    if kind == "ul":
+        return kind, [sub(x) for x in v]
+    if kind == "table":
+        head, body = v
+        return kind, ([sub(str(h)) for h in head], body)
+    return block
 
 
 def _md_cell(x: Any) -> str:
