@@ -35,14 +35,15 @@ METRIC = "tokens_per_s"  # the objective's name in Optuna (dashboard axis label)
 
 
 def default_study_name(cluster: Cluster, workload: Workload, fingerprint: str) -> str:
-    """A readable, stable study name: <model>-<cluster>-<8 hex of the fingerprint>, e.g. gpt2-xl-1.5b-a40x2-1a2b3c4d.
+    """A readable, stable study name: <model>-<cluster>-<8 hex of the fingerprint>, e.g. gpt-10m-cpu-2ranks-56e337e6.
 
     The fingerprint part keeps different settings apart; the same settings give the same name, so a rerun resumes.
     """
     def slug(text: str) -> str:
         return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")[:40].strip("-.")
 
-    return "-".join(x for x in (slug(workload.model.name), slug(cluster.name), fingerprint[:8]) if x)
+    model = re.sub(r"\s*\(.*?\)", "", workload.model.name)  # 'gpt-10m (10M)' -> 'gpt-10m'
+    return "-".join(x for x in (slug(model), slug(cluster.name), fingerprint[:8]) if x)
 
 
 def _h(obj: Any) -> str:
