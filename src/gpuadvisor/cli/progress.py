@@ -76,11 +76,11 @@ class LiveProgress:
             self.log(text + (f"  {tail(0.0)}" if tail else ""))
             return
         bar = self._bar()
-        fields = {"tail": tail, "t0": time.monotonic()}
+        t0 = time.monotonic()
         if self._task is None:
-            self._task = bar.add_task(text, total=None, **fields)
+            self._task = bar.add_task(text, total=None, tail=tail, t0=t0)
         else:
-            bar.reset(self._task, description=text, **fields)
+            bar.reset(self._task, description=text, tail=tail, t0=t0)
         bar.refresh()
 
     def log(self, text: str) -> None:
