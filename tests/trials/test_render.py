@@ -30,7 +30,8 @@ def test_render_confirm_table_and_verdict():
     assert "25.0% below the best" in text
     assert "optuna-dashboard sqlite:///x.db" in text
     for width in (80, 120):  # a long plan wraps inside its cell: no line is wider than the terminal
-        long = parse_plan("dp=2,mb=4,recompute=1,zero=2,zero_reduce_bucket_size=500000000,zero_allgather_bucket_size=500000000")
+        long = parse_plan("dp=2,mb=4,recompute=1,zero=2,zero_reduce_bucket_size=500000000,"
+                          "zero_allgather_bucket_size=500000000")
         wide = r.model_copy(update={"trials": [*r.trials, _row(3, long, "ok", 1.0, 1.0)]})
         out = render_confirm(wide, width=width)
         assert max(map(len, out.splitlines())) <= width and "recompute=true" in out

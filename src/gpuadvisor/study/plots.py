@@ -91,7 +91,8 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[float]]]],
-          fmt: Union[str, Callable[[float], str]] = "{:.0f}", annotate: bool = True) -> dict[tuple[str, int], tuple[float, float]]:
+          fmt: Union[str, Callable[[float], str]] = "{:.0f}",
+          annotate: bool = True) -> dict[tuple[str, int], tuple[float, float]]:
     """Grouped bars, one group per x label; each group holds only the series that have a value there, centred.
 
     Returns {(series label, group index): (bar centre, bar width)} for overlays.

@@ -202,8 +202,9 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     rules out the plan and larger micro-batches of its layout. `storage` is None (SQLite file
     <user data>/studies.db, this process the only writer), a SQLite path, or postgresql://... for several
     workers. Setting `cancel` (a threading.Event, e.g. from a UI) stops the running trial's processes
-    and returns the results so far; the stopped trial is failed and retried once by a later run. The study name defaults to <model>-<cluster>-<fingerprint> (the fingerprint covers cluster, workload, search
-    space and gpuadvisor version), so rerunning the same command resumes it; resuming a named study with a
+    and returns the results so far; the stopped trial is failed and retried once by a later run. The study
+    name defaults to <model>-<cluster>-<fingerprint> (the fingerprint covers cluster, workload, search space
+    and gpuadvisor version), so rerunning the same command resumes it; resuming a named study with a
     different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
     once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
     """
