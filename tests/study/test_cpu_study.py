@@ -127,7 +127,7 @@ def test_report_md_and_self_contained_html(study):
         assert f"![{p}]({p})" in md
     for section in ("## Setup", "## Findings", "## Results", "## Predicted vs measured"):
         assert section in md
-    assert "at 2 GPUs" in md and "fp32 (bf16 requested)" in md and "no training traffic crossed a NIC" in md
+    assert "at 2 CPU ranks" in md and "fp32 (bf16 requested)" in md and "no training traffic crossed a NIC" in md
     html = (study / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == len(PLOTS) and 'src="http' not in html
     assert "<table>" in html
