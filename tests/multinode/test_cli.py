@@ -15,8 +15,12 @@ def test_probe_cluster_then_suggest_and_emit(emu, no_leftovers, tmp_path, capsys
     saved = tmp_path / "cluster.yaml"
     assert main(["probe", "--cluster", str(hosts), "--measure", "--quick", "--port", str(PORT),
                  "--save", str(saved)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "n0:" in out and "n1:" in out and "network" in out
+    for step in ("pre-flight checks on 2 node(s)", "probing 2 node(s) and measuring GEMM on each",
+                 "measuring collectives between 2 nodes"):  # long steps are not silent
+        assert f"gpuadvisor probe: {step}  0s" in captured.err, captured.err
     cluster = load_cluster(saved)
     assert [n.name for n in cluster.nodes] == ["n0", "n1"]
     assert cluster.network is not None and cluster.network.rate_source == "measured"

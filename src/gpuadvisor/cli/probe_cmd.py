@@ -164,13 +164,20 @@ def _run_cluster(args: argparse.Namespace) -> int:
     if args.probes is not None:
         raise UserError("--probes does not apply with --cluster: --measure runs matmul on every node and "
                         "collectives between the nodes; drop --probes")
+    from .progress import LiveProgress, fmt_duration
+
     hosts = load_cluster(args.cluster)
-    require_ok(preflight(hosts, port=args.port if args.measure and len(hosts.nodes) > 1 else None))
-    cluster = probe_cluster(hosts, measure_compute=args.measure, quick=args.quick)
+    n = len(hosts.nodes)
     warnings: list[str] = []
-    if args.measure and len(cluster.nodes) > 1:
-        m = internode_measurement(cluster, port=args.port, quick=args.quick)
-        cluster, warnings = with_network(cluster, m), list(m.warnings)
+    with LiveProgress("gpuadvisor probe") as view:  # each step shows its ticking time on stderr
+        view.step(f"pre-flight checks on {n} node(s)", fmt_duration)
+        require_ok(preflight(hosts, port=args.port if args.measure and n > 1 else None))
+        view.step(f"probing {n} node(s)" + (" and measuring GEMM on each" if args.measure else ""), fmt_duration)
+        cluster = probe_cluster(hosts, measure_compute=args.measure, quick=args.quick)
+        if args.measure and len(cluster.nodes) > 1:
+            view.step(f"measuring collectives between {len(cluster.nodes)} nodes", fmt_duration)
+            m = internode_measurement(cluster, port=args.port, quick=args.quick)
+            cluster, warnings = with_network(cluster, m), list(m.warnings)
     if args.json:
         print(cluster.model_dump_json(indent=2))
     else:
