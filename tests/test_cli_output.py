@@ -84,3 +84,24 @@ def test_emit_path_has_no_double_slash(tmp_path, capsys, monkeypatch):
 def test_study_name_needs_confirm(capsys):
     assert main(["suggest", "--model", "gpt2", "--preset", NANO, "--study-name", "x"]) == 2
     assert "--study-name only applies with --confirm" in capsys.readouterr().err
+
+
+def test_trial_status_coloured_on_a_terminal_only(monkeypatch):
+    from gpuadvisor.cli.console import emit
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.trials.render import confirm_view
+    from gpuadvisor.trials.schemas import ConfirmResult, TrialRow
+
+    plan = parse_plan("dp=2,mb=4")
+    rows = [TrialRow(number=i, trial_id=f"t{i}", plan=plan, plan_str="p", status=s)
+            for i, s in enumerate(["ok", "oom"])]
+    result = ConfirmResult(study_name="s", storage="sqlite:///x.db", fingerprint="f", budget_s=60, trials=rows)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    tty = FakeTTY()
+    emit(confirm_view(result), make_console(tty, width=100))
+    assert "\x1b[32mok" in tty.getvalue() and "\x1b[31moom" in tty.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = FakeTTY()
+    emit(confirm_view(result), make_console(plain, width=100))
+    assert "\x1b[32m" not in plain.getvalue() and "\x1b[31m" not in plain.getvalue()

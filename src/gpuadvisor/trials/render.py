@@ -11,6 +11,10 @@ from ..cli.render import compact_plan, human_bytes, human_rate, human_time
 from .schemas import ConfirmResult
 
 
+# colour of a trial status on a terminal (piped output has none); anything else is a failure: red
+_STATUS_STYLE = {"ok": "green", "skipped": "dim", "pending": "yellow", "stale": "yellow"}
+
+
 def dashboard_command(storage: str) -> str:
     """The shell command that opens the study storage in optuna-dashboard (password stays masked)."""
     return f"optuna-dashboard {shlex.quote(storage)}"
@@ -30,7 +34,8 @@ def confirm_view(r: ConfirmResult) -> RenderableType:
         mem = human_bytes(t.measured_peak_memory_bytes) if t.measured_peak_memory_bytes else "-"
         tag = "" if t.seed_rank is None else f"[top{t.seed_rank + 1}] "
         # spaces between the knobs let a long plan wrap inside its cell
-        table.add_row(str(t.number), tag + compact_plan(t.plan).replace(",", " "), t.status, pred, meas, ratio, mem)
+        table.add_row(str(t.number), tag + compact_plan(t.plan).replace(",", " "),
+                      Text(t.status, style=_STATUS_STYLE.get(t.status, "red")), pred, meas, ratio, mem)
         if t.error:
             errors.append(f"trial {t.number} error: {' '.join(t.error.split())[:300]}")
     head = (f"Confirm study '{r.study_name}' ({r.storage}); {human_time(r.elapsed_s)} of "
