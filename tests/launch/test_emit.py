@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from gpuadvisor.errors import UserError
-from gpuadvisor.launch import build_launch, emit, make_job, render_launch
+from gpuadvisor.launch import build_launch, emit, launch_steps, make_job, render_launch
 from gpuadvisor.schemas import Plan, TrainerJob
 from gpuadvisor.workload import make_workload
 
@@ -25,7 +25,7 @@ def _bash_ok(path) -> None:
 def test_emit_two_node_zero(tmp_path, two_nodes):
     wl = make_workload("gpt2", global_batch=8)
     plan = Plan(dp=4, zero_stage=2, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
-    lc = build_launch(plan, two_nodes, wl)
+    lc = build_launch(plan, two_nodes, wl, steps=5)
     paths = emit(lc, make_job(plan, wl, steps=5), tmp_path / "out")
     names = sorted(p.name for p in paths)
     assert names == ["README.txt", "ds_config.json", "env.sh", "hostfile", "job.json", "launch.sh"]
@@ -93,10 +93,40 @@ def test_emit_rejects_mismatched_job_and_file_target(tmp_path, one_node):
     lc = build_launch(plan, one_node, wl)
     with pytest.raises(UserError, match="plan differs"):
         emit(lc, make_job(Plan(dp=1, micro_batch_size=8), wl), tmp_path)
+    with pytest.raises(UserError, match="8 steps differ from the 20 steps launch.sh runs"):
+        emit(lc, make_job(plan, wl, steps=8), tmp_path)
     f = tmp_path / "afile"
     f.write_text("x")
     with pytest.raises(UserError, match="is not a folder"):
         emit(lc, make_job(plan, wl), f)
+
+
+def test_readme_job_and_launch_sh_state_one_step_count(tmp_path, one_node):
+    """README.txt once said 8 timed steps while launch.sh passed 20: all three now read launch_steps()."""
+    wl = make_workload("gpt2", global_batch=8, token_budget=8 * 1024 * 8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    assert launch_steps(lc) == 8  # the token budget's steps
+    emit(lc, make_job(plan, wl, steps=launch_steps(lc)), tmp_path)
+    assert "--steps 8 " in (tmp_path / "launch.sh").read_text()
+    assert "Run     : 8 timed steps" in (tmp_path / "README.txt").read_text()
+    assert TrainerJob.model_validate_json((tmp_path / "job.json").read_text()).steps == 8
+
+
+def test_measured_throughput_is_stated_next_to_the_prediction(tmp_path, one_node):
+    from gpuadvisor.schemas import Estimate, MemoryBreakdown, StepBreakdown
+
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    est = Estimate(plan=plan, feasible=True, step_time_s=0.25, tokens_per_s=32768, samples_per_s=32,
+                   step=StepBreakdown(compute_s=0.2), memory=MemoryBreakdown(weights=2 * 2**30),
+                   memory_capacity_bytes=48 * 2**30, analytical_tokens_per_s=32768)
+    lc = build_launch(plan, one_node, wl, est, measured_tokens_per_s=16384.0)
+    emit(lc, make_job(plan, wl), tmp_path)
+    readme = (tmp_path / "README.txt").read_text()
+    assert "prediction: 0.250 s/step, 32,768 tokens/s" in readme
+    assert "measured in a trial run: 16,384 tokens/s (50% of the prediction)" in readme
+    assert "measured" not in render_launch(build_launch(plan, one_node, wl, est))
 
 
 def test_render_launch_text(two_nodes):

@@ -136,8 +136,7 @@ async def test_later_steps_wait_for_a_ranking():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        app.set_focus(None)
-        await pilot.press("6")
+        await pilot.press("alt+6")
         await pilot.pause()
         assert app.current_mode == "hardware"
         assert any("ranked" in n.lower() or "ranking" in n.lower() for n in notifications(app))

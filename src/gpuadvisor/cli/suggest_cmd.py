@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                                 budget_s=parse_duration(args.budget), steps=args.steps, warmup=args.warmup,
                                 storage=args.storage, study_name=args.study_name)
     if args.emit:
-        _emit(result, Path(args.emit), args.steps, confirmed)
+        _emit(result, Path(args.emit), confirmed)
     if args.json:
         payload = result.model_dump(mode="json")
         if len(scenarios) == 1:
@@ -140,13 +140,26 @@ def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirm
         emit(Text(f"\nwrote launch files to {out} (start with: bash {out / 'launch.sh'})"), console)
 
 
-def _emit(result, out_dir: Path, steps: int, confirmed) -> None:
-    """Write the launch script and config files of the winner (the confirmed one if trials ran)."""
-    from ..launch import build_launch, emit, make_job
+def export_launch(result, confirmed):
+    """The launch config `--emit` writes: the confirmed winner's (with its measured throughput) if trials ran and
+    found one, else the top plan's; None when nothing fits."""
+    from ..launch import build_launch
 
-    launch = result.launch
     if confirmed is not None and getattr(confirmed, "winner", None) is not None:
-        launch = build_launch(confirmed.winner, result.cluster, result.workload, confirmed.winner_estimate)
+        return build_launch(confirmed.winner, result.cluster, result.workload, confirmed.winner_estimate,
+                            measured_tokens_per_s=confirmed.winner_measured_tokens_per_s)
+    return result.launch
+
+
+def _emit(result, out_dir: Path, confirmed) -> None:
+    """Write the launch script and config files of `export_launch(result, confirmed)`.
+
+    job.json and README.txt state the step count launch.sh runs (`--steps` is the trials' length, not the
+    exported run's).
+    """
+    from ..launch import emit, launch_steps, make_job
+
+    launch = export_launch(result, confirmed)
     if launch is None:
         raise UserError("nothing fits on this cluster, so there is no launch config to emit; see the ranking output")
-    emit(launch, make_job(launch.plan, result.workload, steps=steps), out_dir)
+    emit(launch, make_job(launch.plan, result.workload, steps=launch_steps(launch)), out_dir)

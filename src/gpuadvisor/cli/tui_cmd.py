@@ -16,13 +16,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from ..errors import UserError
 
     if args.top < 1:
         raise UserError(f"--top must be at least 1, got {args.top}")
+    if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
+        which = " and ".join(n for n, s in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not _isatty(s))
+        raise UserError(f"gpuadvisor tui needs an interactive terminal, but {which} is not one; run it in a "
+                        "terminal, or use `gpuadvisor suggest` in scripts and pipes")
     try:
         from ..tui.app import GpuAdvisorApp  # textual is imported only here
     except ImportError as exc:
         raise UserError(f"the TUI needs textual ({exc}); install it with: pip install 'gpuadvisor[tui]'") from None
     GpuAdvisorApp(preset=args.preset, cluster_file=args.cluster, model=args.model, top=args.top).run()
     return 0
+
+
+def _isatty(stream) -> bool:
+    """True when `stream` is a terminal (False when it is closed, replaced or missing)."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (ValueError, OSError):
+        return False

@@ -117,15 +117,30 @@ def _estimate_note(estimate: Estimate) -> str:
             f"{gib:.1f} GiB per device of {estimate.memory_capacity_bytes / 2**30:.1f} GiB")
 
 
+def _measured_note(measured_tokens_per_s: float, estimate: Optional[Estimate]) -> str:
+    """One line of what a trial of this plan measured, against the prediction when there is one."""
+    line = f"measured in a trial run: {measured_tokens_per_s:,.0f} tokens/s"
+    if estimate is not None and estimate.tokens_per_s > 0:
+        line += f" ({measured_tokens_per_s / estimate.tokens_per_s:.0%} of the prediction)"
+    return line
+
+
+def launch_steps(launch: LaunchConfig) -> int:
+    """The timed steps launch.sh runs (its trainer's --steps): the one step count job.json and README.txt state."""
+    args = launch.trainer_args
+    return int(args[args.index("--steps") + 1])
+
+
 def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
                  master_addr: Optional[str] = None, port: int = 29500, steps: Optional[int] = None,
-                 out_dir: str = "runs/gpuadvisor") -> LaunchConfig:
+                 out_dir: str = "runs/gpuadvisor", measured_tokens_per_s: Optional[float] = None) -> LaunchConfig:
     """Render `plan` on `cluster` as a LaunchConfig.
 
     One torchrun command per node (single node: --standalone; several: c10d rendezvous on the first node's
     address, or `master_addr`, at `port`) running `python -m gpuadvisor.trainers --plan job.json ...`.
     ZeRO plans add the DeepSpeed JSON (passed to the trainer as --ds-config) and, in the notes, the
-    equivalent `deepspeed --hostfile` command. Env vars carry their reason. Raises UserError when the plan
+    equivalent `deepspeed --hostfile` command. Env vars carry their reason. `measured_tokens_per_s` (from
+    a trial of this plan) is stated in the notes next to the prediction. Raises UserError when the plan
     does not fit the cluster or the model.
     """
     if not 1 <= port <= 65535:
@@ -156,6 +171,8 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     lr = _lr_note(plan, workload)
     if lr:
         notes.insert(0, lr)
+    if measured_tokens_per_s:
+        notes.insert(0, _measured_note(measured_tokens_per_s, estimate))
     if estimate is not None:
         notes.insert(0, _estimate_note(estimate))
     if multi:

@@ -14,7 +14,7 @@ from ..errors import UserError
 from ..trials.atomic import write_atomic
 from ..schemas.job import TrainerJob
 from ..schemas.launch import EnvVar, LaunchConfig
-from .build import DS_FILE, HOSTFILE, JOB_FILE
+from .build import DS_FILE, HOSTFILE, JOB_FILE, launch_steps
 from .deepspeed import hostfile_text
 from .render import render_launch
 
@@ -106,12 +106,16 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
 def emit(launch: LaunchConfig, job: TrainerJob, out_dir: Path) -> list[Path]:
     """Write launch.sh, env.sh, job.json, ds_config.json (ZeRO), hostfile (ZeRO, several nodes), README.txt.
 
-    Returns the written paths. Raises UserError when `out_dir` is a file, when `job.plan` is not the
-    launch's plan, or when a target exists that gpuadvisor did not write.
+    Returns the written paths. Raises UserError when `out_dir` is a file, when `job.plan` or `job.steps` is
+    not the launch's (launch.sh, job.json and README.txt must state one plan and one step count), or when a
+    target exists that gpuadvisor did not write.
     """
     out_dir = Path(out_dir)
     if job.plan != launch.plan:
         raise UserError("job.json's plan differs from the launch config's plan; build the job from launch.plan")
+    if job.steps != launch_steps(launch):
+        raise UserError(f"job.json's {job.steps} steps differ from the {launch_steps(launch)} steps launch.sh runs; "
+                        "build the job with make_job(..., steps=launch_steps(launch))")
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a folder; choose another --emit directory")
     files: dict[str, tuple[str, int]] = {

@@ -1,13 +1,16 @@
 """The wizard application: shared state, step navigation, and the six step screens as modes."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from textual.app import App
 from textual.binding import Binding
 from textual.reactive import var
 
 from ..schemas import Cluster, Workload
+from .jobproc import JobProcess
+from .rankjob import rank_job
+from .wording import error_line
 from .screens.confirm import ConfirmScreen
 from .screens.export import ExportScreen
 from .screens.goal import GoalScreen
@@ -38,11 +41,15 @@ class GpuAdvisorApp(App[None]):
     MODES = {"hardware": HardwareScreen, "model": ModelScreen, "goal": GoalScreen,
              "results": ResultsScreen, "confirm": ConfirmScreen, "export": ExportScreen}
     DEFAULT_MODE = "hardware"
+    # Step jumps never use a bare key a form could want: Alt+1..6 anywhere (priority: no field types them),
+    # or 1..6 / Left / Right while the step bar itself has the focus (widgets.StepBar).
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "prev_step", "Back"),
         Binding("ctrl+n", "next_step", "Next", priority=True),
-        *(Binding(str(i), f"goto('{name}')", title, show=False) for i, (name, title) in enumerate(STEPS, 1)),
+        *(Binding(f"alt+{i}", f"goto('{name}')", f"Go to {title}", show=False, priority=True)
+          for i, (name, title) in enumerate(STEPS, 1)),
     ]
 
     # shared wizard state; screens watch these
@@ -63,43 +70,73 @@ class GpuAdvisorApp(App[None]):
         self.cluster_notes: list[str] = []
         self.probe_report: Any = None
         self.what_if: list[str] = []
-        self.confirmed: Any = None  # result of the trials study (its winner wins the export)
-        self.steps = 20  # timed steps per trial; also written into job.json, as `suggest --steps`
+        self.confirmed: Any = None  # a trials study that confirmed a winner (the export writes that winner)
         self.confirm_options: dict[str, Any] = {}  # extra keywords for api.confirm (storage, work_dir...)
+        # the ranking runs in this warm child process, so an abandoned ranking can be stopped (jobproc)
+        self.ranker = JobProcess(preload=("gpuadvisor.api", "gpuadvisor.ranking", "gpuadvisor.tui.rankjob"))
+        self.rank_job: Callable[..., Any] = rank_job  # what the Results step runs there (tests: a slow one)
+        self.focus_stepbar = False  # the last jump came from the focused step bar: keep the focus there
 
     def on_mount(self) -> None:
-        """Resolve the pre-filled model so later steps can be opened straight away."""
+        """Resolve the pre-filled model so later steps can be opened straight away; warm the ranking process."""
         from .. import api
 
+        self.ranker.start()
         try:
             self.workload = api.make_workload(self.start_model)
         except Exception:
             self.workload = None  # the Model step shows why
+
+    def on_unmount(self) -> None:
+        self.ranker.close()
+
+    # ---- a ranking is only good for the inputs it was made from ---------------------------------------
+    def _inputs_changed(self) -> None:
+        """Cluster, model or goal changed: the ranked plans (and trials of them) no longer apply."""
+        self.suggestion = None
+        self.confirmed = None
+
+    def watch_cluster(self) -> None:
+        self._inputs_changed()
+
+    def watch_workload(self) -> None:
+        self._inputs_changed()
+
+    def watch_objective(self) -> None:
+        self._inputs_changed()
+
+    def watch_price_per_gpu_hour(self) -> None:
+        self._inputs_changed()
 
     # ---- navigation -------------------------------------------------------------------------------
     @property
     def step_names(self) -> list[str]:
         return [name for name, _ in STEPS]
 
-    def action_goto(self, step: str) -> None:
+    def action_goto(self, step: str, from_stepbar: bool = False) -> None:
         """Jump to a step if what it needs is there, else say what is missing."""
+        if step == self.current_mode:
+            return
         missing = self.missing_for(step)
         if missing:
             self.notify(missing, severity="warning", title="Not yet")
             return
+        self.focus_stepbar = from_stepbar
         self.switch_mode(step)
 
-    def action_next_step(self) -> None:
+    def action_next_step(self, from_stepbar: bool = False) -> None:
         names = self.step_names
         i = names.index(self.current_mode)
         if i + 1 < len(names):
-            self.action_goto(names[i + 1])
+            self.action_goto(names[i + 1], from_stepbar)
+        else:
+            self.notify("This is the last step.", timeout=3)
 
-    def action_prev_step(self) -> None:
+    def action_prev_step(self, from_stepbar: bool = False) -> None:
         names = self.step_names
         i = names.index(self.current_mode)
         if i > 0:
-            self.switch_mode(names[i - 1])
+            self.action_goto(names[i - 1], from_stepbar)
         else:
             self.notify("This is the first step; press q to quit.", timeout=3)
 
@@ -116,9 +153,10 @@ class GpuAdvisorApp(App[None]):
         return None
 
     async def action_quit(self) -> None:
-        """Quit; a running trials study is cancelled first so no trial process outlives the TUI."""
+        """Quit; running work is stopped first so nothing outlives the TUI (no trial, ranking or thread)."""
         from .screens.confirm import ConfirmScreen
 
+        self.ranker.close()  # kills a running ranking; its waiting thread returns at once
         stack = self._screen_stacks.get("confirm") or []
         confirm = next((s for s in stack if isinstance(s, ConfirmScreen)), None)
         if confirm is not None and confirm.cancel_trials():
@@ -128,7 +166,4 @@ class GpuAdvisorApp(App[None]):
     # ---- errors -------------------------------------------------------------------------------------
     def show_error(self, exc: BaseException, what: str) -> None:
         """Show an error as a notification, one line, never a traceback (safe from any thread)."""
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        if not isinstance(exc, ValueError):
-            msg = f"{type(exc).__name__}: {msg}"
-        self.notify(msg, title=f"{what} failed", severity="error", timeout=8, markup=False)
+        self.notify(error_line(exc), title=f"{what} failed", severity="error", timeout=8, markup=False)

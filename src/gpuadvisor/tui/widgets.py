@@ -5,6 +5,7 @@ from typing import Callable, Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Button, Static
 
@@ -16,12 +17,28 @@ LINK_COLOURS = {"X": "dim", "NV": "bold green", "PIX": "green", "PXB": "yellow",
                 "NODE": "dark_orange", "SYS": "red", "SHM": "cyan", "unknown": "magenta"}
 
 
-class StepBar(Static):
-    """`1 Hardware > 2 Model > ...` with the current step highlighted; each step is clickable."""
+class StepBar(Static, can_focus=True):
+    """`1 Hardware > 2 Model > ...` with the current step highlighted; each step is clickable.
+
+    It is in the focus order (Shift+Tab from a step's first control): while it has the focus, Left/Right
+    open the previous/next step and 1..6 jump, the focus staying on the bar. Elsewhere digits are text.
+    """
+
+    BINDINGS = [
+        Binding("left", "app.prev_step(True)", "Previous step", show=False),
+        Binding("right", "app.next_step(True)", "Next step", show=False),
+        *(Binding(str(i), f"jump({i})", f"Step {i}", show=False) for i in range(1, 7)),
+    ]
 
     def __init__(self, current: str) -> None:
         super().__init__(classes="stepbar")
         self.current = current
+
+    def action_jump(self, number: int) -> None:
+        from .app import STEPS
+
+        if 1 <= number <= len(STEPS):
+            self.app.action_goto(STEPS[number - 1][0], True)  # type: ignore[attr-defined]
 
     def on_mount(self) -> None:
         from .app import STEPS
@@ -37,7 +54,7 @@ class StepBar(Static):
 
 
 class NavBar(Horizontal):
-    """Back / Next buttons at the bottom of a step (mouse users; keys are Esc and Ctrl+N)."""
+    """Back / Next buttons at the bottom of a step (Tab reaches them; keys are Esc and Ctrl+N)."""
 
     def __init__(self, *, back: bool = True, next_label: str = "Next ▸") -> None:
         super().__init__(classes="navbar")

@@ -15,7 +15,11 @@ if TYPE_CHECKING:
 
 
 class StepScreen(Screen[None]):
-    """A wizard step. Subclasses set STEP and implement body()."""
+    """A wizard step. Subclasses set STEP, AUTO_FOCUS (the step's first control) and implement body().
+
+    Focus order: step bar, the step's controls top to bottom, Back, Next. On arrival the focus is on the
+    first control (typing goes there), or on the step bar when the jump was made from the step bar.
+    """
 
     STEP = ""
     NEXT_LABEL = "Next ▸"
@@ -30,6 +34,12 @@ class StepScreen(Screen[None]):
         yield from self.body()
         yield NavBar(back=self.STEP != "hardware", next_label=self.NEXT_LABEL)
         yield Footer()
+
+    def on_screen_resume(self) -> None:
+        if self.wizard.focus_stepbar:
+            self.wizard.focus_stepbar = False
+            bar = self.query_one(StepBar)
+            self.call_after_refresh(bar.focus)
 
     def body(self) -> Iterable[Widget]:  # pragma: no cover - abstract
         raise NotImplementedError

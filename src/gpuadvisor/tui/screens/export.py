@@ -10,7 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static
 
-from ...cli.render import plan_label
+from ...cli.render import human_rate, plan_label
 from .base import StepScreen
 
 DEFAULT_DIR = "gpuadvisor-launch"
@@ -20,7 +20,7 @@ class ExportScreen(StepScreen):
     """Choose a folder, write the files exactly as `gpuadvisor suggest --emit DIR` does."""
 
     STEP = "export"
-    AUTO_FOCUS = "#write"
+    AUTO_FOCUS = "#out-dir"
     NEXT_LABEL = ""
 
     def body(self) -> Iterable[Widget]:
@@ -43,13 +43,15 @@ class ExportScreen(StepScreen):
             self.query_one("#export-plan", Static).update(Text("Nothing to export: no plan fits.", style="red"))
             return
         winner = getattr(w.confirmed, "winner", None) if w.confirmed is not None else None
-        which = (f"confirmed by trials: {winner.to_string()}" if winner is not None
-                 else f"top plan: {plan_label(s.ranking.top[0])}")
+        which = (f"winner confirmed by trials: {winner.to_string()}, measured "
+                 f"{human_rate(w.confirmed.winner_measured_tokens_per_s or 0)}/s" if winner is not None
+                 else f"cost model's top plan: {plan_label(s.ranking.top[0])}")
         self.query_one("#export-plan", Static).update(Text(f"Exporting the {which}", style="bold"))
         try:
+            from ...cli.suggest_cmd import export_launch
             from ...launch import render_launch
 
-            self.query_one("#launch", Static).update(Text(render_launch(s.launch)))
+            self.query_one("#launch", Static).update(Text(render_launch(export_launch(s, w.confirmed))))
         except Exception as exc:
             self.query_one("#launch", Static).update(Text(f"cannot render the launch config: {exc}", style="red"))
 
@@ -68,7 +70,7 @@ class ExportScreen(StepScreen):
         try:
             from ...cli.suggest_cmd import _emit  # the same writer as `gpuadvisor suggest --emit`
 
-            _emit(w.suggestion, out, w.steps, w.confirmed)
+            _emit(w.suggestion, out, w.confirmed)
         except Exception as exc:
             w.show_error(exc, "Writing the launch files")
             return

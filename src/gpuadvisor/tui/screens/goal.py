@@ -25,15 +25,19 @@ class GoalScreen(StepScreen):
     """Pick the ranking objective; cost needs a price and a token budget."""
 
     STEP = "goal"
+    AUTO_FOCUS = "#goal"
 
     def body(self) -> Iterable[Widget]:
-        with VerticalScroll(id="goal-form"):
+        form = VerticalScroll(id="goal-form")
+        form.can_focus = False
+        with form:
             with RadioSet(id="goal"):
                 for i, (_, label) in enumerate(GOALS):
                     yield RadioButton(label, value=i == 0)
             with Horizontal(classes="row"):
                 yield Label("Price $/GPU-hour", classes="formlabel")
-                yield Input(placeholder="e.g. 1.10 (for cost)", id="price", compact=True, type="number")
+                yield Input(placeholder="e.g. 1.10 (for cost)", id="price", compact=True, type="number",
+                            valid_empty=True)
             yield Static(id="goal-status", classes="panel")
 
     def on_mount(self) -> None:

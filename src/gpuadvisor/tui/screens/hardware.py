@@ -14,6 +14,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 from ...cli.render import describe_cluster, human_bytes
 from ...schemas import Cluster, Node
 from ..widgets import LINK_COLOURS
+from ..wording import error_line, tui_wording
 from .base import StepScreen
 
 
@@ -106,7 +107,7 @@ def render_cluster(cluster: Cluster, notes: Iterable[str], findings: Iterable[st
     notes = list(notes) + list(cluster.notes)
     if notes:
         parts.append(Text("\nNotes:", style="bold"))
-        parts.extend(Text(f"  {n}", style="dim") for n in notes)
+        parts.extend(Text(f"  {tui_wording(n)}", style="dim") for n in notes)
     return Group(*parts)
 
 
@@ -114,6 +115,7 @@ class HardwareScreen(StepScreen):
     """Where the cluster comes from, what it looks like, and small edits (nodes, NIC speed)."""
 
     STEP = "hardware"
+    AUTO_FOCUS = "#preset"
 
     def body(self) -> Iterable[Widget]:
         with Horizontal(classes="row top"):
@@ -129,7 +131,7 @@ class HardwareScreen(StepScreen):
             yield Label("Edit", classes="rowlabel")
             yield Button("+ node", id="add-node", compact=True)
             yield Label(" NIC Gb/s", classes="inlinelabel")
-            yield Input(placeholder="10", id="nic-speed", compact=True, type="number")
+            yield Input(placeholder="10", id="nic-speed", compact=True, type="number", valid_empty=True)
             yield Button("Set NIC", id="set-nic", compact=True)
         with VerticalScroll(id="cluster-view", classes="panel"):
             yield Static("Probing this host…", id="cluster")
@@ -185,7 +187,7 @@ class HardwareScreen(StepScreen):
         if self.wizard.cluster is not None:
             self._show()
         else:
-            self._status(Text(f"{what} failed: {' '.join(str(exc).split())}", style="red"))
+            self._status(Text(f"{what} failed: {error_line(exc)}", style="red"))
 
     def _loaded(self, cluster: Cluster, notes: list[str], report: Any, findings: list[str]) -> None:
         w = self.wizard

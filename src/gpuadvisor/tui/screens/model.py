@@ -10,6 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static
 
 from ...cli.render import describe_workload
+from ..wording import error_line
 from .base import StepScreen
 
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -30,19 +31,23 @@ class ModelScreen(StepScreen):
     """Form for the workload; every change re-validates through api.make_workload."""
 
     STEP = "model"
+    AUTO_FOCUS = "#model"
 
     def body(self) -> Iterable[Widget]:
-        with VerticalScroll(id="model-form"):
+        form = VerticalScroll(id="model-form")
+        form.can_focus = False  # Tab goes field to field; the form itself needs no focus
+        with form:
             with Horizontal(classes="row"):
                 yield Label("Model", classes="formlabel")
                 yield Input(self.wizard.start_model, placeholder="1.5B", id="model", compact=True)
             with Horizontal(classes="row"):
                 yield Label("Seq length", classes="formlabel")
-                yield Input(placeholder="default (model's)", id="seq-len", compact=True, type="integer")
+                yield Input(placeholder="default (model's)", id="seq-len", compact=True, type="integer",
+                            valid_empty=True)
             with Horizontal(classes="row"):
                 yield Label("Global batch", classes="formlabel")
                 yield Input(placeholder="default (sequences per step)", id="global-batch", compact=True,
-                            type="integer")
+                            type="integer", valid_empty=True)
             with Horizontal(classes="row"):
                 yield Label("Precision", classes="formlabel")
                 yield Select([(p, p) for p in PRECISIONS], value="bf16", allow_blank=False, id="precision",
@@ -103,7 +108,7 @@ class ModelScreen(StepScreen):
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
-            status.update(Text("✗ " + " ".join(str(exc).split())))
+            status.update(Text("✗ " + error_line(exc)))
             return
         status.set_class(False, "error")
         w.workload = wl

@@ -1,6 +1,11 @@
-"""Step 4, Results: the ranked plans, the selected plan's breakdowns, and live what-if re-ranking."""
+"""Step 4, Results: the ranked plans, the selected plan's breakdowns, and live what-if re-ranking.
+
+The ranking runs in the app's job process (tui.jobproc), waited for by a thread worker: leaving the step
+or changing a what-if while it runs kills it, so an abandoned ranking never keeps a core busy.
+"""
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable, Optional
 
 from rich.console import Group
@@ -12,7 +17,9 @@ from textual.widgets import DataTable, Input, Label, Select, Static
 
 from ...cli.render import human_bytes, human_rate, human_time, plan_label
 from ...schemas import Estimate
+from ..jobproc import JobCancelled
 from ..widgets import bar_lines
+from ..wording import error_line, tui_wording
 from .base import StepScreen
 
 #: What-if NIC choices: (label, spec for api.suggest(what_if=...)); "" keeps the cluster's NIC.
@@ -67,41 +74,6 @@ def render_detail(e: Estimate, rank: int, baseline: Optional[Estimate] = None) -
     return Group(*parts)
 
 
-def largest_fitting(cluster: Any, workload: Any) -> Any:
-    """The largest catalog size (same training settings) for which api.suggest finds a feasible plan.
-
-    Binary search over the size table, assuming a larger model never fits where a smaller one does not.
-    """
-    from ... import api
-    from ...workload import catalog
-
-    t = workload.training
-    sizes = [label for _, (label, _) in sorted(catalog.sizes().items())]
-
-    def fits(label: str) -> Any:
-        try:
-            wl = api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch, precision=t.precision,
-                                   token_budget=t.token_budget)
-        except ValueError:
-            return None  # e.g. seq_len beyond this model's position table
-        return wl if api.suggest(wl, cluster=cluster, top=1).ranking.top else None
-
-    lo, hi, best = 0, len(sizes) - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        wl = fits(sizes[mid])
-        if wl is not None:
-            best, lo = wl, mid + 1
-        else:
-            hi = mid - 1
-    if best is None:
-        from ...errors import UserError
-
-        raise UserError(f"not even the smallest model ({sizes[0]}) fits with seq len {t.seq_len} and "
-                        f"global batch {t.global_batch}; lower them on the Model step")
-    return best
-
-
 class ResultsScreen(StepScreen):
     """Ranked table on top, the selected plan below; what-if controls re-rank in a worker."""
 
@@ -110,7 +82,8 @@ class ResultsScreen(StepScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._ranked_key: Any = None
+        self._ranked_key: Any = None  # what the shown (or running) ranking was made for
+        self._ranking_since: Optional[float] = None  # monotonic start of the running ranking
         self.baseline: Any = None  # Suggestion without what-ifs, to show the gain
 
     def body(self) -> Iterable[Widget]:
@@ -129,9 +102,31 @@ class ResultsScreen(StepScreen):
     def on_mount(self) -> None:
         t = self.query_one("#ranking", DataTable)
         t.add_columns("#", "plan", "tok/s", "eff", "peak mem", "net/step")
+        self.set_interval(1.0, self._tick)
 
     def on_screen_resume(self) -> None:
         self.rerank_if_stale()
+
+    def on_screen_suspend(self) -> None:
+        """Leaving the step abandons a running ranking (its inputs may change before the user is back)."""
+        self.cancel_ranking()
+
+    def cancel_ranking(self) -> bool:
+        """Stop a running ranking (its process is killed); the next visit ranks again. True if one ran."""
+        if self._ranking_since is None:
+            return False
+        self._ranking_since = None
+        self._ranked_key = None
+        self.wizard.ranker.cancel()
+        self.query_one("#rank-status", Static).update("Ranking stopped.")
+        return True
+
+    def _tick(self) -> None:
+        """A running ranking shows its age (every second) and how to stop it."""
+        if self._ranking_since is not None:
+            age = time.monotonic() - self._ranking_since
+            self.query_one("#rank-status", Static).update(
+                f"Ranking… {age:.0f} s (Esc goes back and stops it; a what-if change restarts it)")
 
     def what_if(self) -> list[str]:
         """The what-if specs from the controls, in the form `suggest --what-if` takes."""
@@ -158,42 +153,43 @@ class ResultsScreen(StepScreen):
         key = (w.cluster, w.workload, w.objective, w.price_per_gpu_hour, tuple(specs), w.top)
         if key == self._ranked_key:
             return
+        if self._ranking_since is not None:
+            w.ranker.cancel()  # the running ranking is for other inputs: stop it, its result would be dropped
         self._ranked_key = key
+        self._ranking_since = time.monotonic()
         w.what_if = specs
         self.query_one("#rank-status", Static).update("Ranking…")
         self.rank(w.cluster, w.workload, w.objective, w.price_per_gpu_hour, specs, w.top, key)
 
-    @work(thread=True, exclusive=True, group="rank", exit_on_error=False)
+    @work(thread=True, group="rank", exit_on_error=False)
     def rank(self, cluster, workload, objective: str, price: Optional[float], specs: list[str], top: int,
              key: Any) -> None:
-        """api.suggest off the UI thread: the baseline, then the what-if cluster (as `suggest --what-if`)."""
-        from ... import api
-
+        """The app's rank_job (tui.rankjob) in the job process; this thread only waits (a cancel returns at once)."""
         try:
-            if objective == "largest":
-                workload = largest_fitting(cluster, workload)
-                objective = "throughput"
-            base = api.suggest(workload, cluster=cluster, objective=objective, top=top, price_per_gpu_hour=price)
-            result = base
-            if specs:
-                result = api.suggest(base.workload, cluster=base.cluster, what_if=specs, objective=objective,
-                                     top=top, price_per_gpu_hour=price)
+            w = self.wizard
+            base, result = w.ranker.run(w.rank_job, cluster, workload, objective, price, specs, top)
+        except JobCancelled:
+            return  # abandoned: a newer ranking, or the user left the step
         except Exception as exc:
             self.app.call_from_thread(self._failed, exc, key)
             return
         self.app.call_from_thread(self._ranked, base, result, key)
 
     def _failed(self, exc: BaseException, key: Any) -> None:
+        if key != self._ranked_key:
+            return  # an abandoned ranking's error
+        self._ranking_since = None
         self._ranked_key = None
         self.wizard.suggestion = None
         self.wizard.show_error(exc, "Ranking")
-        self.query_one("#rank-status", Static).update(Text(f"✗ {' '.join(str(exc).split())}", style="red"))
+        self.query_one("#rank-status", Static).update(Text(f"✗ {error_line(exc)}", style="red"))
         self.query_one("#ranking", DataTable).clear()
         self.query_one("#detail", Static).update("")
 
     def _ranked(self, base: Any, result: Any, key: Any) -> None:
         if key != self._ranked_key:
             return  # a newer ranking is on its way
+        self._ranking_since = None
         w = self.wizard
         self.baseline = base
         w.suggestion = result
@@ -215,7 +211,7 @@ class ResultsScreen(StepScreen):
             table.add_row(str(i), plan_label(e), human_rate(e.tokens_per_s), eff, human_bytes(e.memory.total),
                           human_bytes(e.network_bytes_per_step), key=str(i))
         if not r.top:
-            why = [f"Nothing fits. {r.fits_nowhere or ''}".rstrip()]
+            why = [tui_wording(f"Nothing fits. {r.fits_nowhere or ''}".rstrip())]
             if r.infeasible_reasons:
                 why.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
             self.query_one("#detail", Static).update(Text("\n".join(why), style="yellow"))
