@@ -5,6 +5,7 @@ Regenerate after a deliberate UI change: pytest tests/tui --snapshot-update (the
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from .conftest import goto, make_app, needs_pipeline
 
@@ -24,6 +25,8 @@ def test_step_snapshot(snap_compare, step, size):
         else:
             await goto(pilot, step)
         pilot.app.clear_notifications()
+        for field in pilot.app.screen.query(Input):  # the focused field's blinking cursor: shown, not blinking
+            field.cursor_blink = False
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=size, run_before=open_step)

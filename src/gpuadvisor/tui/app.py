@@ -10,6 +10,7 @@ from textual.reactive import var
 from ..schemas import Cluster, Workload
 from .jobproc import JobProcess
 from .rankjob import rank_job
+from .widgets import ALT_DIGIT_KEYS
 from .wording import error_line
 from .screens.confirm import ConfirmScreen
 from .screens.export import ExportScreen
@@ -44,12 +45,12 @@ class GpuAdvisorApp(App[None]):
     # Step jumps never use a bare key a form could want: Alt+1..6 anywhere (priority: no field types them),
     # or 1..6 / Left / Right while the step bar itself has the focus (widgets.StepBar).
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),  # shown in the footer: works in every field
+        Binding("q", "quit", "Quit", show=False),
         Binding("escape", "prev_step", "Back"),
         Binding("ctrl+n", "next_step", "Next", priority=True),
-        *(Binding(f"alt+{i}", f"goto('{name}')", f"Go to {title}", show=False, priority=True)
-          for i, (name, title) in enumerate(STEPS, 1)),
+        *(Binding(f"alt+{i},{ALT_DIGIT_KEYS[i - 1]}", f"goto('{name}')", f"Go to {title}", show=False,
+                  priority=True, key_display=f"alt+{i}") for i, (name, title) in enumerate(STEPS, 1)),
     ]
 
     # shared wizard state; screens watch these

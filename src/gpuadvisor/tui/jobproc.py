@@ -29,22 +29,20 @@ class JobCancelled(Exception):
     """The job was cancelled (its process killed) before it finished."""
 
 
-def _die_with_parent(interval_s: float = 0.5) -> None:
-    """Exit when the TUI is gone (even killed by SIGKILL mid-job): a daemon thread watches the parent pid."""
-    parent = os.getppid()
-
+def _die_with_parent(parent: int, interval_s: float = 0.5) -> None:
+    """Exit when the TUI (pid `parent`) is gone, even killed by SIGKILL mid-job: a daemon thread watches."""
     def watch() -> None:
         while True:
-            time.sleep(interval_s)
             if os.getppid() != parent:
                 os._exit(0)
+            time.sleep(interval_s)
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def serve(read_fd: int, write_fd: int, preload: Sequence[str]) -> None:
+def serve(read_fd: int, write_fd: int, preload: Sequence[str], parent: int) -> None:
     """The child's loop: run (fn, args, kwargs) messages, send back ("ok", result) or ("error", exc)."""
-    _die_with_parent()
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the TUI owns Ctrl+C; the parent stops this child
     conn_in, conn_out = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     for name in preload:
@@ -100,7 +98,7 @@ class JobProcess:
             to_child_r, to_child_w = os.pipe()
             from_child_r, from_child_w = os.pipe()
             code = (f"import sys; sys.path[:0] = {sys.path!r}; from gpuadvisor.tui.jobproc import serve; "
-                    f"serve({to_child_r}, {from_child_w}, {list(self.preload)!r})")
+                    f"serve({to_child_r}, {from_child_w}, {list(self.preload)!r}, {os.getpid()})")
             try:
                 proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

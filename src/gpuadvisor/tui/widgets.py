@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, Static
 
 #: Colours of bar segments, cycled (breakdowns have at most ~8 parts).
 BAR_COLOURS = ("#5fafff", "#ffaf5f", "#d75f5f", "#af87ff", "#5fd7af", "#d7d75f", "#87afaf", "#ff87d7")
@@ -15,6 +15,20 @@ BAR_COLOURS = ("#5fafff", "#ffaf5f", "#d75f5f", "#af87ff", "#5fd7af", "#d7d75f",
 #: Link-matrix cell colour per link class: fast (NVLink) green ... slow (across sockets) red.
 LINK_COLOURS = {"X": "dim", "NV": "bold green", "PIX": "green", "PXB": "yellow", "PHB": "dark_orange",
                 "NODE": "dark_orange", "SYS": "red", "SHM": "cyan", "unknown": "magenta"}
+
+
+#: How terminals deliver Alt+1..6 without the kitty keyboard protocol: ESC+digit, which Textual reads as the
+#: characters macOS's Option+digit types (¡ ™ £ ¢ ∞ §). Both spellings jump (app.py); those six characters
+#: therefore cannot be typed into a field.
+ALT_DIGIT_KEYS = ("inverted_exclamation_mark", "trade_mark_sign", "pound_sign", "cent_sign", "infinity",
+                  "section_sign")
+
+
+class Field(Input):
+    """The wizard's text field: an Input that leaves the six Alt+digit characters to the step jumps."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return key not in ALT_DIGIT_KEYS and super().check_consume_key(key, character)
 
 
 class StepBar(Static, can_focus=True):

@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from ...cli.render import compact_plan, human_rate
+from ..widgets import Field
 from ..wording import error_line
 from .base import StepScreen
 
@@ -90,11 +91,11 @@ class ConfirmScreen(StepScreen):
     def body(self) -> Iterable[Widget]:
         with Horizontal(classes="row top"):
             yield Label("Trials K", classes="rowlabel")
-            yield Input("3", id="top-k", compact=True, type="integer")
+            yield Field("3", id="top-k", compact=True, type="integer")
             yield Label(" Budget", classes="inlinelabel")
-            yield Input("15m", id="budget", compact=True)
+            yield Field("15m", id="budget", compact=True)
             yield Label(" Steps", classes="inlinelabel")
-            yield Input("20", id="steps", compact=True, type="integer")
+            yield Field("20", id="steps", compact=True, type="integer")
         with Horizontal(classes="row"):
             yield Button("Start trials", id="start", variant="success", compact=True)
             yield Button("Cancel", id="cancel", variant="error", compact=True, disabled=True)

@@ -11,6 +11,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static
 
 from ...cli.render import human_rate, plan_label
+from ..widgets import Field
 from .base import StepScreen
 
 DEFAULT_DIR = "gpuadvisor-launch"
@@ -26,7 +27,7 @@ class ExportScreen(StepScreen):
     def body(self) -> Iterable[Widget]:
         with Horizontal(classes="row top"):
             yield Label("Folder", classes="rowlabel")
-            yield Input(DEFAULT_DIR, id="out-dir", compact=True)
+            yield Field(DEFAULT_DIR, id="out-dir", compact=True)
             yield Button("Write files", id="write", variant="success", compact=True)
         yield Static(id="export-plan")
         with VerticalScroll(id="launch-view", classes="panel"):

@@ -9,6 +9,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Input, Label, RadioButton, RadioSet, Static
 
+from ..widgets import Field
 from .base import StepScreen
 
 #: (objective passed to api.suggest, label). "largest" asks for the largest preset model that fits.
@@ -36,7 +37,7 @@ class GoalScreen(StepScreen):
                     yield RadioButton(label, value=i == 0)
             with Horizontal(classes="row"):
                 yield Label("Price $/GPU-hour", classes="formlabel")
-                yield Input(placeholder="e.g. 1.10 (for cost)", id="price", compact=True, type="number",
+                yield Field(placeholder="e.g. 1.10 (for cost)", id="price", compact=True, type="number",
                             valid_empty=True)
             yield Static(id="goal-status", classes="panel")
 

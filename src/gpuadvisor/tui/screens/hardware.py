@@ -13,7 +13,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from ...cli.render import describe_cluster, human_bytes
 from ...schemas import Cluster, Node
-from ..widgets import LINK_COLOURS
+from ..widgets import Field, LINK_COLOURS
 from ..wording import error_line, tui_wording
 from .base import StepScreen
 
@@ -53,10 +53,40 @@ def health_findings(cluster: Cluster, report: Any) -> list[str]:
     return lines
 
 
+#: Nodes with more devices show a link summary and grouped devices instead of a matrix and one row per device
+#: (a 128x128 matrix neither fits a terminal nor renders quickly).
+MATRIX_MAX_DEVICES = 16
+
+
+def _links_by_pair(node: Node) -> dict[tuple[int, int], Any]:
+    """The node's links by (low, high) device index, built once (Node.link scans the whole list per call)."""
+    return {(min(k.a, k.b), max(k.a, k.b)): k for k in node.links}
+
+
+def link_summary(node: Node) -> Text:
+    """Link classes of a large node as counts of device pairs, e.g. `NV12: 28 pairs, SYS: 96 pairs`."""
+    counts: dict[str, int] = {}
+    for link in _links_by_pair(node).values():
+        cls = link.link_class.value
+        token = f"NV{link.nvlink_count}" if cls == "NV" and link.nvlink_count else cls
+        counts[token] = counts.get(token, 0) + 1
+    n = len(node.devices)
+    missing = n * (n - 1) // 2 - sum(counts.values())
+    out = Text("links: ", style="dim")
+    parts = [(f"{token}: {c} pairs", LINK_COLOURS.get(token.rstrip("0123456789") or token, "")) for token, c in
+             sorted(counts.items(), key=lambda kv: -kv[1])]
+    if missing > 0:
+        parts.append((f"unknown: {missing} pairs", LINK_COLOURS["unknown"]))
+    for i, (label, style) in enumerate(parts):
+        out.append(("" if i == 0 else ", ") + label, style=style)
+    return out
+
+
 def link_matrix(node: Node) -> Table:
     """The node's device-to-device link classes as a matrix, coloured from fast (green) to slow (red)."""
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, title_justify="left")
     idx = [d.index for d in node.devices]
+    links = _links_by_pair(node)
     t.add_column("", style="bold")
     for i in idx:
         t.add_column(f"G{i}", justify="center")
@@ -66,7 +96,7 @@ def link_matrix(node: Node) -> Table:
             if a == b:
                 row.append(Text("X", style=LINK_COLOURS["X"]))
                 continue
-            link = node.link(a, b)
+            link = links.get((min(a, b), max(a, b)))
             if link is None:
                 row.append(Text("?", style=LINK_COLOURS["unknown"]))
                 continue
@@ -75,6 +105,25 @@ def link_matrix(node: Node) -> Table:
             row.append(Text(token, style=LINK_COLOURS.get(cls, "")))
         t.add_row(f"G{a}", *row)
     return t
+
+
+def device_table(node: Node) -> Table:
+    """One row per device; on a large node, one row per kind of device with its index range and count."""
+    gpus = Table(box=None, padding=(0, 1), show_edge=False)
+    for col in ("#", "device", "memory", "PCIe", "bf16 TF"):
+        gpus.add_column(col)
+    rows: list[tuple[list[int], tuple[str, str, str, str]]] = []
+    for d in node.devices:
+        pcie = f"Gen{d.pcie_gen} x{d.pcie_width}" if d.pcie_gen and d.pcie_width else "-"
+        cells = (d.name, human_bytes(d.memory_bytes), pcie, f"{d.peak_tflops_bf16:g}")
+        if len(node.devices) > MATRIX_MAX_DEVICES and rows and rows[-1][1] == cells:
+            rows[-1][0].append(d.index)
+        else:
+            rows.append(([d.index], cells))
+    for idx, cells in rows:
+        label = str(idx[0]) if len(idx) == 1 else f"{idx[0]}-{idx[-1]} ({len(idx)}x)"
+        gpus.add_row(label, *cells)
+    return gpus
 
 
 def render_cluster(cluster: Cluster, notes: Iterable[str], findings: Iterable[str]) -> Group:
@@ -87,14 +136,10 @@ def render_cluster(cluster: Cluster, notes: Iterable[str], findings: Iterable[st
     for node in cluster.nodes:
         parts.append(Text(f"\n▸ {node.name}: {len(node.devices)} device(s), "
                           f"{node.cpu.cores} cores, {human_bytes(node.cpu.ram_bytes)} RAM", style="bold cyan"))
-        gpus = Table(box=None, padding=(0, 1), show_edge=False)
-        for col in ("#", "device", "memory", "PCIe", "bf16 TF"):
-            gpus.add_column(col)
-        for d in node.devices:
-            pcie = f"Gen{d.pcie_gen} x{d.pcie_width}" if d.pcie_gen and d.pcie_width else "-"
-            gpus.add_row(str(d.index), d.name, human_bytes(d.memory_bytes), pcie, f"{d.peak_tflops_bf16:g}")
-        parts.append(gpus)
-        if len(node.devices) > 1:
+        parts.append(device_table(node))
+        if len(node.devices) > MATRIX_MAX_DEVICES:
+            parts.append(link_summary(node))
+        elif len(node.devices) > 1:
             parts.append(Text("links:", style="dim"))
             parts.append(link_matrix(node))
         nics = ", ".join(f"{n.name} {n.kind} {f'{n.speed_gbit_per_s:g} Gb/s' if n.speed_gbit_per_s else 'speed ?'}"
@@ -124,14 +169,14 @@ class HardwareScreen(StepScreen):
             yield Button("Probe host", id="probe", compact=True)
         with Horizontal(classes="row"):
             yield Label("File", classes="rowlabel")
-            yield Input(placeholder="cluster.yaml", id="path", compact=True)
+            yield Field(placeholder="cluster.yaml", id="path", compact=True)
             yield Button("Load", id="load", compact=True)
             yield Button("Save", id="save", compact=True)
         with Horizontal(classes="row"):
             yield Label("Edit", classes="rowlabel")
             yield Button("+ node", id="add-node", compact=True)
             yield Label(" NIC Gb/s", classes="inlinelabel")
-            yield Input(placeholder="10", id="nic-speed", compact=True, type="number", valid_empty=True)
+            yield Field(placeholder="10", id="nic-speed", compact=True, type="number", valid_empty=True)
             yield Button("Set NIC", id="set-nic", compact=True)
         with VerticalScroll(id="cluster-view", classes="panel"):
             yield Static("Probing this host…", id="cluster")

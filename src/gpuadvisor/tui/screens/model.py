@@ -10,6 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static
 
 from ...cli.render import describe_workload
+from ..widgets import Field
 from ..wording import error_line
 from .base import StepScreen
 
@@ -39,14 +40,14 @@ class ModelScreen(StepScreen):
         with form:
             with Horizontal(classes="row"):
                 yield Label("Model", classes="formlabel")
-                yield Input(self.wizard.start_model, placeholder="1.5B", id="model", compact=True)
+                yield Field(self.wizard.start_model, placeholder="1.5B", id="model", compact=True)
             with Horizontal(classes="row"):
                 yield Label("Seq length", classes="formlabel")
-                yield Input(placeholder="default (model's)", id="seq-len", compact=True, type="integer",
+                yield Field(placeholder="default (model's)", id="seq-len", compact=True, type="integer",
                             valid_empty=True)
             with Horizontal(classes="row"):
                 yield Label("Global batch", classes="formlabel")
-                yield Input(placeholder="default (sequences per step)", id="global-batch", compact=True,
+                yield Field(placeholder="default (sequences per step)", id="global-batch", compact=True,
                             type="integer", valid_empty=True)
             with Horizontal(classes="row"):
                 yield Label("Precision", classes="formlabel")
@@ -54,7 +55,7 @@ class ModelScreen(StepScreen):
                              compact=True)
             with Horizontal(classes="row"):
                 yield Label("Token budget", classes="formlabel")
-                yield Input(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
+                yield Field(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
             yield Static(id="workload-status", classes="panel")
             yield Static(Text(model_hint(), style="dim"), id="model-hint")
 

@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Input, Label, Select, Static
 from ...cli.render import human_bytes, human_rate, human_time, plan_label
 from ...schemas import Estimate
 from ..jobproc import JobCancelled
-from ..widgets import bar_lines
+from ..widgets import Field, bar_lines
 from ..wording import error_line, tui_wording
 from .base import StepScreen
 
@@ -74,6 +74,20 @@ def render_detail(e: Estimate, rank: int, baseline: Optional[Estimate] = None) -
     return Group(*parts)
 
 
+RANKING_COLUMNS = ("#", "plan", "tok/s", "eff", "peak mem", "net/step")
+
+
+def fill_table(table: DataTable, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Replace the table's content; column widths are set from the content, so the header is drawn at its final
+    widths at once (DataTable's own sizing happens later, on idle, and a header drawn before it stays stale)."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    table.clear(columns=True)
+    for label, width in zip(columns, widths):
+        table.add_column(label, width=width, key=label)
+    for i, row in enumerate(rows, 1):
+        table.add_row(*row, key=str(i))
+
+
 class ResultsScreen(StepScreen):
     """Ranked table on top, the selected plan below; what-if controls re-rank in a worker."""
 
@@ -92,7 +106,7 @@ class ResultsScreen(StepScreen):
             yield Select([(k, v) for k, v in NIC_CHOICES], value="", allow_blank=False, id="whatif-nic",
                          compact=True)
             yield Label(" GPUs", classes="inlinelabel")
-            yield Input(placeholder="nodes x GPUs, e.g. 2x4", id="whatif-gpus", compact=True)
+            yield Field(placeholder="nodes x GPUs, e.g. 2x4", id="whatif-gpus", compact=True)
         yield Static("Ranking…", id="rank-status")
         table: DataTable = DataTable(id="ranking", cursor_type="row", zebra_stripes=True)
         yield table
@@ -100,8 +114,7 @@ class ResultsScreen(StepScreen):
             yield Static(id="detail")
 
     def on_mount(self) -> None:
-        t = self.query_one("#ranking", DataTable)
-        t.add_columns("#", "plan", "tok/s", "eff", "peak mem", "net/step")
+        fill_table(self.query_one("#ranking", DataTable), RANKING_COLUMNS, [])
         self.set_interval(1.0, self._tick)
 
     def on_screen_resume(self) -> None:
@@ -205,11 +218,10 @@ class ResultsScreen(StepScreen):
             status += f"; what-if best {human_rate(b)} → {human_rate(a)}/s{gain}"
         self.query_one("#rank-status", Static).update(status)
         table = self.query_one("#ranking", DataTable)
-        table.clear()
-        for i, e in enumerate(r.top, 1):
-            eff = f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-"
-            table.add_row(str(i), plan_label(e), human_rate(e.tokens_per_s), eff, human_bytes(e.memory.total),
-                          human_bytes(e.network_bytes_per_step), key=str(i))
+        rows = [(str(i), plan_label(e), human_rate(e.tokens_per_s),
+                 f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-",
+                 human_bytes(e.memory.total), human_bytes(e.network_bytes_per_step)) for i, e in enumerate(r.top, 1)]
+        fill_table(table, RANKING_COLUMNS, rows)
         if not r.top:
             why = [tui_wording(f"Nothing fits. {r.fits_nowhere or ''}".rstrip())]
             if r.infeasible_reasons:
