@@ -85,10 +85,10 @@ class NavBar(Horizontal):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "nav-back":
             event.stop()
-            self.app.action_prev_step()
+            self.app.action_prev_step()  # type: ignore[attr-defined]
         elif event.button.id == "nav-next":
             event.stop()
-            self.app.action_next_step()
+            self.app.action_next_step()  # type: ignore[attr-defined]
 
 
 def bar_lines(parts: Iterable[tuple[str, float]], total: float, fmt: Callable[[float], str],

@@ -40,7 +40,7 @@ def tui_wording(message: str) -> str:
     """`message` with CLI flags replaced by the TUI's field and step names (other flags: plain words)."""
     out = message
     for pattern, words in _RULES:
-        out = pattern.sub(lambda _m, w=words: w, out)
+        out = pattern.sub(words.replace("\\", "\\\\"), out)
     # a flag the table does not know: its words without the dashes ("--heads" -> "heads")
     return _ANY_FLAG.sub(lambda m: m.group(1).replace("-", " "), out)
 

@@ -65,8 +65,8 @@ def study_outcome(result: Any, expected: int, cancelled: bool) -> tuple[str, str
                 f"{expected} top plans ({best}). {keep} Start again with more budget to resume.", False)
     rate = human_rate(result.winner_measured_tokens_per_s or 0)
     if expected == 1:
-        return "done", f"✓ Measured {compact_plan(winner)} at {rate}/s (K=1: nothing to compare). Export writes it.", \
-            True
+        return ("done", f"✓ Measured {compact_plan(winner)} at {rate}/s (K=1: nothing to compare). Export writes it.",
+                True)
     return ("done", f"✓ Confirmed winner: {compact_plan(winner)} at {rate}/s, best of {len(judged)} top plans. "
             "Export writes its launch files.", True)
 

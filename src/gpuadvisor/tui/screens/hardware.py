@@ -224,7 +224,7 @@ class HardwareScreen(StepScreen):
             with select.prevent(Select.Changed):
                 select.value = name
 
-    def _status(self, text: str) -> None:
+    def _status(self, text: "str | Text") -> None:
         self.query_one("#cluster", Static).update(text)
 
     def _failed(self, exc: BaseException, what: str) -> None:
@@ -308,6 +308,8 @@ class HardwareScreen(StepScreen):
     def _edit(self, spec: str, what: str) -> None:
         """Apply a cluster edit through the ranking's what-if transformer (same rules as --what-if)."""
         w = self.wizard
+        if w.cluster is None:
+            return
         try:
             from ...ranking import apply_what_if
 

@@ -6,7 +6,7 @@ or changing a what-if while it runs kills it, so an abandoned ranking never keep
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from rich.console import Group
 from rich.text import Text
@@ -77,7 +77,7 @@ def render_detail(e: Estimate, rank: int, baseline: Optional[Estimate] = None) -
 RANKING_COLUMNS = ("#", "plan", "tok/s", "eff", "peak mem", "net/step")
 
 
-def fill_table(table: DataTable, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def fill_table(table: DataTable, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Replace the table's content; column widths are set from the content, so the header is drawn at its final
     widths at once (DataTable's own sizing happens later, on idle, and a header drawn before it stays stale)."""
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
