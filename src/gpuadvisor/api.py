@@ -7,10 +7,12 @@ ranking must start fast (trials run the trainers in subprocesses).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationError, validate_call
 
 from .errors import UserError
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
@@ -18,6 +20,43 @@ from .schemas._base import Frozen
 
 #: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
 FALLBACK_PRESET = "nano-cluster-2x2-a40-1gbe"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def typed(func: F) -> F:
+    """Check the argument types of a public API function (strictly: "3" is not 3) before it runs.
+
+    A wrong type raises a one-line UserError naming the argument, never a raw TypeError/AttributeError
+    from deep inside the pipeline.
+    """
+    checked = validate_call(func, config=ConfigDict(strict=True, arbitrary_types_allowed=True))
+    params = inspect.signature(func).parameters
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return checked(*args, **kwargs)
+        except UserError:
+            raise
+        except ValidationError as exc:
+            if exc.title != func.__name__:  # raised inside the function: a bad value deeper down
+                raise UserError(" ".join(str(exc).split())) from None
+            errs = exc.errors()
+            name = str(errs[0]["loc"][0]) if errs[0]["loc"] else "?"
+            mine = [e for e in errs if e["loc"] and str(e["loc"][0]) == name]
+            bad_value = next((e for e in mine if e["type"] == "value_error"), None)
+            if bad_value is not None:
+                why = bad_value["msg"].removeprefix("Value error, ")
+            else:
+                ann = params[name].annotation if name in params else "another type"
+                why = f"must be {ann}, got {type(errs[0].get('input')).__name__} {errs[0].get('input')!r:.40}"
+            raise UserError(f"{func.__name__}(): argument '{name}' {why}; "
+                            f"see help(gpuadvisor.api.{func.__name__})") from None
+        except ValueError as exc:  # a plan/workload value the pipeline refused: the same one line as the CLI
+            raise UserError(" ".join(str(exc).split())) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 class Suggestion(Frozen):
@@ -37,6 +76,7 @@ def probe(*, sysfs_root: str = "/", topo_text: Optional[str] = None) -> ProbeRep
     return probe_host(sysfs_root=sysfs_root, topo_text=topo_text)
 
 
+@typed
 def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: Optional[str] = None,
                     cpu_ranks: Optional[int] = None) -> tuple[Cluster, list[str]]:
     """Turn --cluster/--preset/nothing into a Cluster, with notes saying where it came from.
@@ -51,6 +91,9 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
         return cluster, []
     if cluster is not None and preset is not None:
         raise UserError("give either --cluster or --preset, not both")
+    if cpu_ranks is not None and (preset is not None or (cluster is not None and str(cluster) != "local")):
+        raise UserError("--cpu-ranks models this host's CPU ranks; it does not combine with --preset or a cluster "
+                        "file (their nodes say what they have): drop one")
     if preset is not None:
         return load_preset(preset), [f"cluster: bundled preset '{preset}'"]
     if cluster is not None and str(cluster) != "local":
@@ -76,6 +119,7 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
     ]
 
 
+@typed
 def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
                   allow_batch_change: bool = False) -> Workload:
@@ -99,6 +143,7 @@ def _correction(use_learned: bool):
     return load_default()
 
 
+@typed
 def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: str = "bf16", token_budget: Optional[float] = None,
@@ -131,6 +176,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes)
 
 
+@typed
 def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False) -> Estimate:
@@ -146,6 +192,7 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     return estimate(p, clus, wl, correction=_correction(use_learned))
 
 
+@typed
 def launch_config(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None) -> LaunchConfig:
     """Render a plan as per-node launch commands, DeepSpeed JSON and environment."""
     from .launch import build_launch
@@ -153,6 +200,7 @@ def launch_config(plan: Plan, cluster: Cluster, workload: Workload, estimate: Op
     return build_launch(plan, cluster, workload, estimate)
 
 
+@typed
 def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, top_k: int = 3,
             budget_s: float = 900.0, steps: int = 20, warmup: int = 3, storage: Optional[str] = None,

@@ -227,7 +227,8 @@ def gpu_spec(name_or_key: str) -> GpuSpec:
             "write the full name or a catalog key"
         )
     raise UserError(
-        f"unknown GPU '{name_or_key}': add it to knowledge/gpus.yaml or pass --gpu-spec ...; "
+        f"unknown GPU '{name_or_key}': add it to knowledge/gpus.yaml (knowledge/README.md) or name the nearest "
+        "known GPU and override its rates with device_rates in a cluster file; "
         f"known: {', '.join(gpu_keys())}"
     )
 

@@ -85,7 +85,7 @@ def test_seeds_oom_and_dedupe(storage, home, tmp_path, workload, mark):
     for r in res.trials:
         if r.status not in ("skipped",):
             rec = TrialRecord.model_validate_json(
-                (home / "trials" / name / "results" / f"{r.trial_id}.json").read_text())
+                (Path(res.work_dir) / "results" / f"{r.trial_id}.json").read_text())
             assert rec.status == r.status
     rows = MeasurementStore().rows()
     assert len({r.id for r in rows}) == len(rows)

@@ -71,7 +71,7 @@ def test_unknown_size_is_one_line_user_error(text):
         resolve_model(text)
     msg = str(exc.value)
     # echoes what was typed (0.5M, not 500K) and names only options that exist
-    assert "\n" not in msg and f"unknown model size '{text}'" in msg and "config.json" in msg
+    assert "\n" not in msg and f"unknown model size '{text}'" in msg and "config.json" in msg and "L24-H1024-A16" in msg
     assert "--layers" not in msg
 
 

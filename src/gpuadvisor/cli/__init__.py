@@ -10,8 +10,9 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from .. import __version__
+from .. import __version__, exitcodes
 from ..errors import UserError
+from .argtypes import OneLineParser
 
 # subcommand module names under gpuadvisor.cli, in help order
 COMMANDS = ("suggest", "predict", "probe", "presets", "validate", "measurements", "study", "tui")
@@ -19,7 +20,7 @@ COMMANDS = ("suggest", "predict", "probe", "presets", "validate", "measurements"
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand that is installed."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpuadvisor",
         description="You've got a few GPUs, now what? Probe, rank parallel plans, confirm, launch.",
     )
@@ -39,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: parse, dispatch, and turn user errors into one line on stderr."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed as one line
+        return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
     if not getattr(args, "func", None):
         if sys.stdin.isatty() and sys.stdout.isatty() and "tui" in parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
             args = parser.parse_args(["tui"])
         else:
             parser.print_help()
-            return 2
+            return exitcodes.USAGE
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:  # UserError and pydantic/plan validation: one line, no traceback
@@ -53,14 +57,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         msg = " ".join(str(exc).split())
         print(f"gpuadvisor: error: {msg}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        return getattr(exc, "exit_code", exitcodes.USAGE)
+    except BrokenPipeError:
+        return _quiet_pipe()
+    except OSError as exc:  # an output/input path the command could not use (missing folder, no permission)
+        if os.environ.get("GPUADVISOR_DEBUG") or not exc.filename:
+            raise
+        why = exc.strerror or type(exc).__name__
+        print(f"gpuadvisor: error: cannot use '{exc.filename}': {why}; check that the folder exists and is "
+              "writable (or pick another path)", file=sys.stderr)
+        return exitcodes.USAGE
     except KeyboardInterrupt:
         print("gpuadvisor: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head`: stop quietly, as other CLI tools do
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return exitcodes.INTERRUPTED
+
+
+def _quiet_pipe() -> int:
+    """Output piped into `head`: stop quietly, as other CLI tools do."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return exitcodes.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,10 @@ def _store(args: argparse.Namespace):
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.out:
+        from .argtypes import check_writable
+
+        check_writable(args.out, "--out")
     store = _store(args)
     text = store.export(args.out)
     if args.out:
@@ -54,7 +58,7 @@ def _list(args: argparse.Namespace) -> int:
             print(r.model_dump_json())
         return 0
     if not rows:
-        print("no measurements yet (run `gpuadvisor confirm` or `gpuadvisor measurements import FILE`)")
+        print("no measurements yet (run `gpuadvisor suggest ... --confirm K` or `gpuadvisor measurements import FILE`)")
         return 0
     from .console import Column, emit, make_table
 

@@ -3,22 +3,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from .. import exitcodes
 from ..errors import UserError
+from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET
+from .argtypes import number, text, whole
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `predict` subcommand."""
     p = sub.add_parser("predict", help="estimate one plan: step time, tokens/s, memory, traffic, rules")
-    p.add_argument("--model", required=True, help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
+    p.add_argument("--model", required=True, type=text("--model"), help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
     p.add_argument("--plan", required=True, help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="cluster preset name (gpuadvisor presets)")
     src.add_argument("--cluster", help="cluster file (YAML)")
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--global-batch", type=int, default=None, help="default: dp*mb*m of the plan")
+    p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), default=None)
+    p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), default=None,
+                   help="default: dp*mb*m of the plan")
     p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--token-budget", type=float, default=None, help="tokens to train (time and bytes per run)")
+    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None, help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
     p.add_argument("--json", action="store_true", help="print the Estimate as JSON")
     p.set_defaults(func=run)
@@ -65,11 +70,16 @@ def run(args: argparse.Namespace) -> int:
     est = estimate(plan, cl, wl)
     if args.json:
         print(est.model_dump_json(indent=2))
-        return 0
-    from .console import Text, emit
+    else:
+        from .console import Text, emit
 
-    emit(Text(render_estimate(est, cl.name, wl.model.name)))  # wrapped to the terminal width
-    return 0
+        emit(Text(render_estimate(est, cl.name, wl.model.name)))  # wrapped to the terminal width
+    if not est.feasible:
+        why = " ".join(str(est.infeasible_reason or "the cost model rules it out").split())
+        print(f"gpuadvisor: plan {plan.to_string()} does not fit: {why}; run `gpuadvisor suggest` for plans "
+              "that fit", file=sys.stderr)
+        return exitcodes.NOTHING_FITS
+    return exitcodes.OK
 
 
 def render_estimate(est, cluster_name: str, model_name: str) -> str:

@@ -99,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--cpu-ranks must be at least 1, got {args.cpu_ranks}")
     if args.cpu_ranks is not None and not args.save:
         raise UserError("--cpu-ranks only applies with --save FILE; add --save or drop --cpu-ranks")
+    if args.save:
+        from .argtypes import check_writable
+
+        check_writable(args.save, "--save")
     if args.cluster:
         return _run_cluster(args)
     topo_text = _read_topo(args.topo_file) if args.topo_file else None

@@ -5,7 +5,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import exitcodes
 from ..errors import UserError
+from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from .argtypes import whole
 from .suggest_cmd import add_cluster_args, parse_duration
 
 DEFAULT_OUT = "gpuadvisor-study"
@@ -23,12 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategies", default="all",
                    help="comma list of dp,tp,pp,zero1,zero2,zero3,zero3-offload (default all)")
     p.add_argument("--gpus", default="1,2,4", help="GPU counts, e.g. 1,2,4; NxM = N nodes x M GPUs (default 1,2,4)")
-    p.add_argument("--steps", type=int, default=200, help="timed steps per cell (default 200, as the paper)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps per cell (default 10)")
+    p.add_argument("--steps", type=whole(1, 1_000_000), default=200, help="timed steps per cell (default 200, as the paper)")
+    p.add_argument("--warmup", type=whole(0, 1_000_000), default=10, help="untimed warm-up steps per cell (default 10)")
     p.add_argument("--pp-microbatches", default="p", metavar="p,4p",
                    help="pipeline micro-batch counts: p (maximum bubble, the paper's main runs), 4p, or p,4p")
-    p.add_argument("--seq-len", type=int, help="sequence length for every model (default: the model's)")
-    p.add_argument("--global-batch", type=int, help="global batch for every model (default: the model's)")
+    p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="sequence length for every model (default: the model's)")
+    p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="global batch for every model (default: the model's)")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], help="precision for every model")
     add_cluster_args(p)
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
@@ -70,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
         if host:
             raise UserError(host[0])
     workloads = resolve_workloads(spec)
+    if not args.dry_run:
+        from ..trials.hostcheck import require_modules
+
+        zero = any(s.startswith("zero") for s in spec.strategies)
+        require_modules(["torch", *(["deepspeed"] if zero else []), *([] if args.no_plots else ["matplotlib"])],
+                        "gpuadvisor study" + ("" if args.no_plots else " (with plots; --no-plots skips them)"))
     if args.dry_run:
         cells = build_grid(spec, cluster, workloads)
         if args.json:
@@ -83,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         emit(grid_view(cells, spec, cluster, Path(args.out)))
         return 0
     timeout = parse_duration(args.trial_timeout) if args.trial_timeout else None
+    from .argtypes import check_writable
+
+    check_writable(args.out, "--out", folder=True)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     outcome = run_study(spec, cluster, args.out, workloads=workloads, trial_timeout_s=timeout, plots=not args.no_plots)
@@ -93,4 +105,4 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok == ran else 3
     print(f"wrote {', '.join(outcome.files)} to {outcome.out_dir} ({ok} of {ran} run cells ok; "
           f"{len(outcome.reused)} reused from an earlier run)")
-    return 0 if ok == ran else 3
+    return exitcodes.OK if ok == ran else exitcodes.RUN_FAILED

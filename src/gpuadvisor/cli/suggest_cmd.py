@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
+from .. import exitcodes
 from ..errors import UserError
+from ..schemas.bounds import MAX_CPU_RANKS
+from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET
+from .argtypes import check_writable, number, parse_duration, text, whole
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -15,24 +18,17 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster (default: probe this host; no GPU -> a bundled preset)")
     g.add_argument("--cluster", metavar="FILE", help="cluster file (YAML/JSON, docs/cluster-file.md) or 'local'")
     g.add_argument("--preset", metavar="NAME", help="bundled cluster preset (see `gpuadvisor presets`)")
-    g.add_argument("--cpu-ranks", type=int, metavar="N", help="use N CPU ranks (gloo) on a GPU-less host")
+    g.add_argument("--cpu-ranks", type=whole(1, MAX_CPU_RANKS), metavar="N",
+                   help="use N CPU ranks (gloo) on a GPU-less host (not with --preset/--cluster FILE)")
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     """--model and training settings, shared by suggest, predict and study."""
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", required=True, type=text("--model"),
                    help="size (1.5B, 350M, 7B), preset (gpt2-xl, llama-7b, resnet18) or a HF config.json path")
-    p.add_argument("--seq-len", type=int, help="tokens per sequence")
-    p.add_argument("--global-batch", type=int, help="sequences per optimizer step (all ranks)")
+    p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="tokens per sequence")
+    p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="sequences per optimizer step (all ranks)")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
-
-
-def parse_duration(text: str) -> float:
-    """'15m' / '90s' / '1h' / '300' -> seconds; one-line error otherwise."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not m:
-        raise UserError(f"cannot read duration '{text}'; write e.g. 90s, 15m or 1h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,23 +36,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Rank every feasible DP/TP/PP/ZeRO plan for a model on your cluster.")
     add_workload_args(p)
     add_cluster_args(p)
-    p.add_argument("--token-budget", type=float, help="total training tokens (time-to-train, cost, bytes per run)")
+    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), help="total training tokens (time-to-train, cost, bytes per run)")
     p.add_argument("--allow-batch-change", action="store_true",
                    help="let the advisor change the global batch (the launch config states the LR change)")
     p.add_argument("--objective", choices=["throughput", "memory", "time", "cost"], default="throughput")
-    p.add_argument("--price-per-gpu-hour", type=float, help="for --objective cost")
-    p.add_argument("--top", type=int, default=5, help="how many plans to show (default 5)")
+    p.add_argument("--price-per-gpu-hour", type=number(0, 1e6, allow_lo=True), help="for --objective cost")
+    p.add_argument("--top", type=whole(1, 1000), default=5, help="how many plans to show (default 5)")
     p.add_argument("--what-if", action="append", default=[], metavar="SPEC",
                    help="re-rank on a modified cluster, e.g. nic=10gbe or gpus=2x4 (commas combine changes); "
                         "repeat the flag to compare several scenarios side by side")
     p.add_argument("--learned", action="store_true", help="apply the learned correction from measurements")
-    p.add_argument("--emit", metavar="DIR", help="write launch.sh, job.json, ds_config.json, env.sh to DIR")
+    p.add_argument("--emit", metavar="DIR", type=text("--emit"),
+                   help="write launch.sh, job.json, ds_config.json, env.sh to DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     g = p.add_argument_group("confirm with real trial runs")
-    g.add_argument("--confirm", type=int, metavar="K", help="run short trials of the top K plans (Optuna study)")
-    g.add_argument("--budget", default="15m", help="wall-clock budget for --confirm (e.g. 3m, 900s)")
-    g.add_argument("--steps", type=int, default=20, help="timed steps per trial")
-    g.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps per trial")
+    g.add_argument("--confirm", type=whole(1, 100), metavar="K",
+                   help="run short trials of the top K plans (Optuna study)")
+    g.add_argument("--budget", help="wall-clock budget for --confirm (default 15m; e.g. 3m, 900s)")
+    g.add_argument("--steps", type=whole(1, 100_000), default=20, help="timed steps per trial")
+    g.add_argument("--warmup", type=whole(0, 100_000), default=3, help="untimed warm-up steps per trial")
     g.add_argument("--storage", help="Optuna storage URL (default: SQLite in the user data dir)")
     g.add_argument("--study-name", metavar="NAME",
                    help="Optuna study name (default: <model>-<cluster>-<fingerprint>; the same name resumes)")
@@ -68,13 +66,19 @@ def run(args: argparse.Namespace) -> int:
 
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision)
-    if args.top < 1:
-        raise UserError(f"--top must be at least 1, got {args.top}")
     if args.study_name and not args.confirm:
         raise UserError("--study-name only applies with --confirm K; add --confirm or drop --study-name")
     if len(args.what_if) > 1 and (args.confirm or args.emit):
         raise UserError("--confirm and --emit act on one cluster but several --what-if scenarios were given; "
                         "keep one --what-if (combine changes with commas: nic=10gbe,gpus=2x4) or drop --confirm/--emit")
+    if not args.confirm:
+        given = [f for f, v in (("--budget", args.budget), ("--storage", args.storage)) if v is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} only {'applies' if len(given) == 1 else 'apply'} with "
+                            "--confirm K; add --confirm K or drop it")
+    budget_s = parse_duration(args.budget or "15m") if args.confirm else None
+    if args.emit:
+        check_writable(args.emit, "--emit", folder=True)
     base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
                        objective=args.objective, top=args.top, price_per_gpu_hour=args.price_per_gpu_hour,
                        use_learned=args.learned, **common)
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     confirmed = None
     if args.confirm:
         confirmed = api.confirm(base.workload, cluster=result.cluster, top_k=args.confirm,
-                                budget_s=parse_duration(args.budget), steps=args.steps, warmup=args.warmup,
+                                budget_s=budget_s, steps=args.steps, warmup=args.warmup,
                                 storage=args.storage, study_name=args.study_name)
     if args.emit:
         _emit(result, Path(args.emit), confirmed)
@@ -102,9 +106,18 @@ def run(args: argparse.Namespace) -> int:
             payload["confirm"] = confirmed.model_dump(mode="json")
         json.dump(payload, sys.stdout, indent=2)
         print()
-        return 0 if result.ranking.top else 3
+        return _exit_code(result, confirmed)
     _print_text(args, base, scenarios, result, confirmed)
-    return 0 if result.ranking.top else 3
+    return _exit_code(result, confirmed)
+
+
+def _exit_code(result, confirmed) -> int:
+    """NOTHING_FITS when no plan fits; RUN_FAILED when --confirm ran trials and none succeeded."""
+    if not result.ranking.top:
+        return exitcodes.NOTHING_FITS
+    if confirmed is not None and confirmed.winner is None:
+        return exitcodes.RUN_FAILED
+    return exitcodes.OK
 
 
 def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirmed) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import exitcodes
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `validate` subcommand."""
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         emit(rep.view())
         if learned is not None:
             emit(Text(render_learned(learned)))
-    return 0 if rep.orderings_hold else 1
+    return exitcodes.OK if rep.orderings_hold else exitcodes.RUN_FAILED
 
 
 def _learned_reports() -> dict:

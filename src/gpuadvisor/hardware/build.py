@@ -46,12 +46,13 @@ def _gpu_device(g: GpuInfo, measured: Optional[MeasureReport], notes: list[str])
         if g.memory_total_bytes is None:
             raise UserError(
                 f"unknown GPU '{label}' and NVML reports no memory size: add it to knowledge/gpus.yaml "
-                "or pass --gpu-spec ..."
+                "or describe the node in a cluster file (docs/cluster-file.md)"
             )
         spec = _stand_in(g)
         mm = _matmul_for(measured, f"cuda:{g.index}", bf16=True)
         if spec is None and mm is None:
-            raise UserError(f"unknown GPU '{label}': add it to knowledge/gpus.yaml or pass --gpu-spec ...")
+            raise UserError(f"unknown GPU '{label}': add it to knowledge/gpus.yaml (knowledge/README.md) or name "
+                            "the nearest known GPU and override its rates with device_rates in a cluster file")
         if spec is None:
             spec = gpu_spec("cpu")  # placeholder rates, replaced by the measurement below
         rate_source = "assumed"

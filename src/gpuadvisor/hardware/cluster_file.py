@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
 from ..knowledge import gpu_spec
+from ..safe_yaml import load_user_yaml_node, read_user_text
+from ..schemas.bounds import (MAX_CPU_RANKS, MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_NODES, Count, Index, Latency,
+                              LinkBandwidth, LinkSpeed, MemBandwidth, MemoryGiB, PcieGen, PcieWidth, RamGiB, TFlops)
 from ..schemas.hardware import Cluster, CpuInfo, Device, DeviceLink, Network, Nic, Node, NodeAccess
 from .catalog import GIB, device_from_spec, device_link, network_from_key, parse_link_token
 
@@ -33,15 +36,15 @@ class GpuEntry(_Spec):
     """One GPU written out, when the shorthand `4x A6000` is not enough."""
 
     gpu: str = Field(description="GPU name or catalog key, e.g. 'A6000', 'NVIDIA A40', 'a100-sxm-40gb'")
-    memory_gib: Optional[float] = Field(None, description="Override the catalog memory, GiB")
-    pcie_gen: Optional[int] = None
-    pcie_width: Optional[int] = None
-    numa_node: Optional[int] = None
+    memory_gib: Optional[MemoryGiB] = Field(None, description="Override the catalog memory, GiB")
+    pcie_gen: Optional[PcieGen] = None
+    pcie_width: Optional[PcieWidth] = None
+    numa_node: Optional[Index] = None
 
 
 class PcieSpec(_Spec):
-    gen: Optional[int] = Field(None, description="PCIe generation of the GPU slots (default: the GPU's)")
-    width: Optional[int] = Field(None, description="Lanes per GPU slot (default 16)")
+    gen: Optional[PcieGen] = Field(None, description="PCIe generation of the GPU slots (default: the GPU's)")
+    width: Optional[PcieWidth] = Field(None, description="Lanes per GPU slot (default 16)")
 
 
 class TopologySpec(_Spec):
@@ -52,28 +55,28 @@ class TopologySpec(_Spec):
     matrix: Optional[list[list[str]]] = Field(None, description="nvidia-smi style matrix rows, 'X' on the diagonal")
     file: Optional[str] = Field(None, description="Saved `nvidia-smi topo -m` output (relative to this file)")
     p2p: Optional[bool] = Field(None, description="Override CUDA P2P for every pair (default: from the GPU catalog)")
-    bandwidth_gb_per_s: Optional[float] = Field(None, description="Measured bus bandwidth for every pair")
-    latency_us: Optional[float] = Field(None, description="Measured latency for every pair")
+    bandwidth_gb_per_s: Optional[LinkBandwidth] = Field(None, description="Measured bus bandwidth for every pair")
+    latency_us: Optional[Latency] = Field(None, description="Measured latency for every pair")
     rate_source: Literal["user", "measured"] = Field("user", description="Where explicit rates come from")
 
 
 class DeviceRates(_Spec):
     """Rates that replace the catalog's for every device of the node (e.g. measured on it)."""
 
-    tflops_bf16: Optional[float] = Field(None, description="Dense bf16/fp16 peak, TFLOP/s")
-    tflops_fp32: Optional[float] = Field(None, description="Dense fp32 peak, TFLOP/s")
-    achieved_tflops: Optional[float] = Field(None, description="Measured large-GEMM rate, TFLOP/s")
-    memory_bandwidth_gb_per_s: Optional[float] = None
+    tflops_bf16: Optional[TFlops] = Field(None, description="Dense bf16/fp16 peak, TFLOP/s")
+    tflops_fp32: Optional[TFlops] = Field(None, description="Dense fp32 peak, TFLOP/s")
+    achieved_tflops: Optional[TFlops] = Field(None, description="Measured large-GEMM rate, TFLOP/s")
+    memory_bandwidth_gb_per_s: Optional[MemBandwidth] = None
     rate_source: Literal["user", "measured"] = "user"
 
 
 class CpuSpec(_Spec):
     model: Optional[str] = None
-    sockets: int = 1
-    cores: int = Field(1, description="Physical cores in total")
-    threads: Optional[int] = Field(None, description="Logical CPUs (default: cores)")
-    numa_nodes: int = 1
-    ram_gib: float = Field(0, description="Host RAM, GiB")
+    sockets: Count = 1
+    cores: Count = Field(1, description="Physical cores in total")
+    threads: Optional[Count] = Field(None, description="Logical CPUs (default: cores)")
+    numa_nodes: Count = 1
+    ram_gib: RamGiB = Field(0, description="Host RAM, GiB")
 
 
 class AccessSpec(_Spec):
@@ -83,7 +86,7 @@ class AccessSpec(_Spec):
     ssh: Optional[str] = Field(None, description="user@host:port shorthand")
     host: Optional[str] = None
     user: Optional[str] = None
-    port: Optional[int] = None
+    port: Optional[int] = Field(None, ge=1, le=65535)
     identity_file: Optional[str] = None
     prefix: list[str] = Field(default_factory=list, description="e.g. [ip, netns, exec, n0]")
     address: Optional[str] = Field(None, description="Address other nodes use for rendezvous")
@@ -94,10 +97,11 @@ class NodeSpec(_Spec):
     """One node (or `count` identical nodes) in the concise format."""
 
     name: Optional[str] = Field(None, description="Node name (default node<i>); with count>1 a suffix is added")
-    count: int = Field(1, ge=1, description="Number of identical nodes this entry stands for")
+    count: int = Field(1, ge=1, le=MAX_NODES, description="Number of identical nodes this entry stands for")
     gpus: Optional[Union[str, list[Union[str, GpuEntry]]]] = Field(
         None, description="'4x A6000', 'A40', or a list of names / {gpu: ...} entries")
-    cpu_ranks: Optional[int] = Field(None, ge=1, description="GPU-less node: number of CPU (gloo) ranks")
+    cpu_ranks: Optional[int] = Field(None, ge=1, le=MAX_CPU_RANKS,
+                                     description="GPU-less node: number of CPU (gloo) ranks")
     topology: Optional[Union[str, list[list[str]], TopologySpec]] = Field(
         None, description="Link class for all pairs ('PXB', 'NV4'), a matrix, or a topology mapping")
     pcie: Optional[PcieSpec] = None
@@ -111,10 +115,10 @@ class NetworkSpec(_Spec):
     """The inter-node network: a links.yaml key, and/or explicit rates."""
 
     link: Optional[str] = Field(None, description="1gbe, 10gbe, 25gbe, 100gbe, roce-100g, ib-hdr, ib-ndr, ...")
-    bandwidth_gb_per_s: Optional[float] = None
-    latency_us: Optional[float] = None
+    bandwidth_gb_per_s: Optional[LinkBandwidth] = None
+    latency_us: Optional[Latency] = None
     protocol: Optional[Literal["tcp", "roce", "ib", "unknown"]] = None
-    link_speed_gbit_per_s: Optional[float] = None
+    link_speed_gbit_per_s: Optional[LinkSpeed] = None
     nic: Optional[str] = None
     rate_source: Literal["user", "measured"] = Field("user", description="Where explicit rates come from")
 
@@ -203,23 +207,15 @@ def _pydantic_error(fname: str, exc: ValidationError, lines: dict[Loc, int], bas
         msg = "unknown field; check the spelling (see docs/cluster-file.md)"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] in ("greater_than", "greater_than_equal", "less_than_equal", "less_than", "finite_number"):
+        msg = f"{msg} (got {err.get('input')!r}); give a real positive rate/size (units in docs/cluster-file.md)"
     return _user_error(fname, base + tuple(err["loc"]), msg, lines)
 
 
 def _read(path: Path) -> tuple[Any, dict[Loc, int]]:
-    """Parse YAML or JSON (safe), returning the data and its line map."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read cluster file '{path}': {exc.strerror}; check the path") from exc
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path.name} line {mark.line + 1}" if mark else path.name
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise UserError(f"{where}: not valid YAML/JSON ({problem}); fix the syntax") from exc
+    """Parse YAML or JSON (bounded: size, aliases, duplicate keys; see safe_yaml), with its line map."""
+    text = read_user_text(path, "cluster file")
+    data, node = load_user_yaml_node(text, path.name)
     if not isinstance(data, dict):
         raise UserError(f"{path.name}: expected a mapping with 'nodes:' at the top level (docs/cluster-file.md)")
     return data, (_line_map(node) if node is not None else {})
@@ -233,17 +229,19 @@ def _is_full_form(data: dict) -> bool:
 # ---------------------------------------------------------------- expansion
 
 
-_COUNT = re.compile(r"^\s*(\d+)\s*[x×*]\s*(.+?)\s*$", re.IGNORECASE)
+_COUNT = re.compile(r"^\s*([-+]?\s*\d+(?:\.\d*)?)\s*[x×*]\s*(.+?)\s*$", re.IGNORECASE)
 
 
 def _gpu_entries(gpus: Union[str, list], loc: Loc) -> list[GpuEntry]:
     """'4x A6000' / 'A40' / [names or entries] -> GpuEntry list."""
     if isinstance(gpus, str):
         m = _COUNT.match(gpus)
-        n, name = (int(m.group(1)), m.group(2)) if m else (1, gpus.strip())
-        if n < 1:
-            raise _FieldError(loc, f"'{gpus}': the count must be at least 1")
-        return [GpuEntry(gpu=name) for _ in range(n)]
+        if m is None and re.match(r"^\s*[-+]?\d", gpus):
+            raise _FieldError(loc, f"'{gpus}': write '<count>x <GPU>', e.g. '4x A6000'")
+        count, name = (m.group(1).replace(" ", ""), m.group(2)) if m else ("1", gpus.strip())
+        if not count.lstrip("+").isdigit() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
+            raise _FieldError(loc, f"'{gpus}': the count must be a whole number from 1 to {MAX_DEVICES_PER_NODE}")
+        return [GpuEntry(gpu=name)] * int(count)
     out: list[GpuEntry] = []
     for item in gpus:
         if isinstance(item, str):
@@ -295,7 +293,11 @@ def _devices(spec: NodeSpec, cpu: CpuInfo, where: Loc) -> list[Device]:
         raise _FieldError(where, "a node needs 'gpus: <N>x <GPU>' or 'cpu_ranks: N'")
     devices = []
     pcie = spec.pcie or PcieSpec()
-    for i, entry in enumerate(_gpu_entries(spec.gpus, where + ("gpus",))):
+    entries = _gpu_entries(spec.gpus, where + ("gpus",))
+    if len(entries) > MAX_DEVICES_PER_NODE:
+        raise _FieldError(where + ("gpus",), f"{len(entries)} GPUs in one node is above {MAX_DEVICES_PER_NODE}; "
+                                             "split them into several nodes")
+    for i, entry in enumerate(entries):
         try:
             gs = gpu_spec(entry.gpu)
         except UserError as exc:
@@ -433,6 +435,7 @@ def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = 
     defaults = doc.defaults.model_dump(exclude_unset=True) if doc.defaults else {}
     defaults.pop("name", None)
     defaults.pop("count", None)
+    devices = 0
     for i, raw in enumerate(doc.nodes):
         own = raw.model_dump(exclude_unset=True)
         inherited = dict(defaults)
@@ -441,13 +444,25 @@ def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = 
         if "gpus" in own:
             inherited.pop("cpu_ranks", None)
         merged = NodeSpec.model_validate({**inherited, **own})
+        where: Loc = ("nodes", i)
+        if len(nodes) + merged.count > MAX_NODES:
+            raise _FieldError(where + ("count",), f"more than {MAX_NODES} nodes in all; gpuadvisor models up to "
+                                                  f"{MAX_NODES}")
+        first: Optional[Node] = None
         for k in range(merged.count):
             if merged.name:
                 name = merged.name if merged.count == 1 else f"{merged.name}{k}"
             else:
                 name = f"node{len(nodes)}"
-            where: Loc = ("nodes", i)
-            nodes.append(_node(merged, name, base_dir, where, notes))
+            if first is None:  # identical nodes: expand once, then copy under each name
+                first = _node(merged, name, base_dir, where, notes)
+                devices += len(first.devices) * merged.count
+                if devices > MAX_DEVICES:
+                    raise _FieldError(where, f"the cluster would have {devices} devices, above the {MAX_DEVICES} "
+                                             "gpuadvisor models")
+                nodes.append(first)
+            else:
+                nodes.append(first.model_copy(update={"name": name}))
     network = _network(doc.network, ("network",))
     if len(nodes) > 1 and network is None:
         raise _FieldError(("network",), f"{len(nodes)} nodes need 'network: <1gbe|25gbe|ib-hdr|...>'")

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 from pydantic import ValidationError
 
+from .. import exitcodes
 from ..errors import UserError
 from ..paths import probes_dir
 from ..schemas.measure import MeasureReport
@@ -34,7 +35,7 @@ class ProbeError(UserError):
     """A measuring probe failed, printed no report, or printed one that does not validate."""
 
     def __init__(self, message: str):
-        super().__init__(message, exit_code=3)
+        super().__init__(message, exit_code=exitcodes.RUN_FAILED)
 
 
 class ProbeTimeout(ProbeError):

@@ -55,7 +55,8 @@ def probe_node(node: Node, timeout_s: float = 120.0, *, measure_compute: bool = 
         last = next((ln.strip() for ln in reversed((done.stderr or done.stdout).splitlines()) if ln.strip()),
                     "no output")
         raise UserError(f"node {describe(node)}: probe failed (exit {done.returncode}: {last[:200]}); "
-                        "run `gpuadvisor preflight` / check the node's access and gpuadvisor install")
+                        "run `gpuadvisor probe --cluster FILE` (its pre-flight names the problem) / check the node's "
+                        "access and gpuadvisor install")
     try:
         if not measure_compute:
             return ProbeReport.model_validate_json(done.stdout), None
@@ -245,8 +246,8 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
                f"failed on node {describe(failed.node)} (exit {failed.returncode}: "
                f"{_last_line(failed.stderr_tail())})")
         survivors = f"; processes left: {left}" if left else ""
-        raise ProbeError(f"inter-node measurement {why}{survivors}; run `preflight` and check the "
-                         "rendezvous port and access.ifname")
+        raise ProbeError(f"inter-node measurement {why}{survivors}; run `gpuadvisor probe --cluster FILE` "
+                         "(pre-flight) and check the rendezvous port and access.ifname")
     finish_group(procs, token)
     report = None
     for p in procs:

@@ -10,6 +10,8 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from ._base import Frozen
+from .bounds import (MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_NODES, Count, Index, Latency, LinkBandwidth, LinkSpeed,
+                     MemBandwidth, MemoryBytes, PcieGen, PcieWidth, TFlops)
 
 RateSource = Literal["catalog", "measured", "preset", "user", "assumed"]
 
@@ -31,23 +33,23 @@ class LinkClass(str, Enum):
 class Device(Frozen):
     """One compute device a rank runs on: a GPU, or a CPU rank (gloo) on a GPU-less node."""
 
-    index: int = Field(description="Device index within its node (nvidia-smi order for GPUs)")
+    index: Index = Field(description="Device index within its node (nvidia-smi order for GPUs)")
     kind: Literal["gpu", "cpu"] = Field("gpu", description="gpu, or cpu for a gloo CPU rank")
     name: str = Field(description="Marketing name, e.g. 'NVIDIA A40' or 'cpu'")
     spec_key: Optional[str] = Field(None, description="Key into knowledge/gpus.yaml, None if unknown")
     uuid: Optional[str] = None
-    memory_bytes: int = Field(description="Usable device memory in bytes (host RAM share for CPU ranks)")
+    memory_bytes: MemoryBytes = Field(description="Usable device memory in bytes (host RAM share for CPU ranks)")
     memory_free_bytes: Optional[int] = None
     compute_capability: Optional[str] = None
-    peak_tflops_bf16: float = Field(description="Dense bf16/fp16 tensor peak, TFLOP/s")
-    peak_tflops_fp32: float = Field(description="Dense fp32 (non-tensor) peak, TFLOP/s")
-    memory_bandwidth_gb_per_s: float = Field(description="Device memory bandwidth, GB/s")
-    achieved_tflops: Optional[float] = Field(None, description="Measured large-GEMM rate, TFLOP/s (matmul probe)")
+    peak_tflops_bf16: TFlops = Field(description="Dense bf16/fp16 tensor peak, TFLOP/s")
+    peak_tflops_fp32: TFlops = Field(description="Dense fp32 (non-tensor) peak, TFLOP/s")
+    memory_bandwidth_gb_per_s: MemBandwidth = Field(description="Device memory bandwidth, GB/s")
+    achieved_tflops: Optional[TFlops] = Field(None, description="Measured large-GEMM rate, TFLOP/s (matmul probe)")
     rate_source: RateSource = "catalog"
-    pcie_gen: Optional[int] = None
-    pcie_width: Optional[int] = None
-    pcie_gen_max: Optional[int] = None
-    pcie_width_max: Optional[int] = None
+    pcie_gen: Optional[PcieGen] = None
+    pcie_width: Optional[PcieWidth] = None
+    pcie_gen_max: Optional[PcieGen] = None
+    pcie_width_max: Optional[PcieWidth] = None
     numa_node: Optional[int] = None
     mig_enabled: Optional[bool] = None
 
@@ -60,8 +62,9 @@ class DeviceLink(Frozen):
     link_class: LinkClass
     nvlink_count: int = Field(0, description="Number of NVLinks for NV#, else 0")
     p2p_supported: Optional[bool] = Field(None, description="CUDA peer-to-peer read/write possible; None if unknown")
-    bandwidth_gb_per_s: float = Field(description="Effective unidirectional bus bandwidth for collectives, GB/s")
-    latency_us: float = Field(description="Per-message latency (alpha), microseconds")
+    bandwidth_gb_per_s: LinkBandwidth = Field(
+        description="Effective unidirectional bus bandwidth for collectives, GB/s")
+    latency_us: Latency = Field(description="Per-message latency (alpha), microseconds")
     rate_source: RateSource = "catalog"
 
 
@@ -85,12 +88,12 @@ class CpuInfo(Frozen):
     """Host CPU and memory facts (offload advice, CPU ranks, NUMA binding)."""
 
     model: Optional[str] = None
-    sockets: int = 1
-    cores: int = Field(1, description="Physical cores in total")
-    threads: int = Field(1, description="Logical CPUs")
-    numa_nodes: int = 1
-    ram_bytes: int = Field(0, description="Total host RAM in bytes")
-    ram_available_bytes: Optional[int] = None
+    sockets: Count = 1
+    cores: Count = Field(1, description="Physical cores in total")
+    threads: Count = Field(1, description="Logical CPUs")
+    numa_nodes: Count = 1
+    ram_bytes: int = Field(0, ge=0, description="Total host RAM in bytes")
+    ram_available_bytes: Optional[int] = Field(None, ge=0)
 
 
 class NodeAccess(Frozen):
@@ -128,6 +131,9 @@ class Node(Frozen):
                 )
         if n and len(idx) != n:
             raise ValueError(f"node {self.name}: duplicate device indices")
+        if n > MAX_DEVICES_PER_NODE:
+            raise ValueError(f"node {self.name}: {n} devices is above {MAX_DEVICES_PER_NODE} per node; "
+                             "split it into several nodes")
         return self
 
     def link(self, a: int, b: int) -> Optional[DeviceLink]:
@@ -142,10 +148,10 @@ class Node(Frozen):
 class Network(Frozen):
     """The inter-node network as the training job sees it (one NIC per node shared by its ranks)."""
 
-    bandwidth_gb_per_s: float = Field(description="Achievable per-node bandwidth for collectives, GB/s")
-    latency_us: float = Field(description="Per-message latency (alpha), microseconds")
+    bandwidth_gb_per_s: LinkBandwidth = Field(description="Achievable per-node bandwidth for collectives, GB/s")
+    latency_us: Latency = Field(description="Per-message latency (alpha), microseconds")
     protocol: Literal["tcp", "roce", "ib", "unknown"] = "tcp"
-    link_speed_gbit_per_s: Optional[float] = Field(None, description="Nominal wire speed, Gbit/s")
+    link_speed_gbit_per_s: Optional[LinkSpeed] = Field(None, description="Nominal wire speed, Gbit/s")
     nic: Optional[str] = Field(None, description="Interface name used between nodes")
     rate_source: RateSource = "catalog"
 
@@ -166,6 +172,10 @@ class Cluster(Frozen):
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ValueError(f"cluster node names must be unique, got {names}")
+        if len(self.nodes) > MAX_NODES:
+            raise ValueError(f"cluster has {len(self.nodes)} nodes, above the {MAX_NODES} gpuadvisor models")
+        if self.num_devices > MAX_DEVICES:
+            raise ValueError(f"cluster has {self.num_devices} devices, above the {MAX_DEVICES} gpuadvisor models")
         if len(self.nodes) > 1 and self.network is None:
             raise ValueError("a multi-node cluster needs a 'network' section (bandwidth_gb_per_s, latency_us)")
         return self

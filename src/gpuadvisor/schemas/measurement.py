@@ -30,7 +30,7 @@ class MeasurementRow(Frozen):
     workload: Workload
     plan: Plan
     metric: Metric
-    value: float
+    value: float = Field(gt=0, allow_inf_nan=False, description="The measured number: positive and finite")
     unit: str
     tolerance: Optional[float] = Field(None, description="Relative tolerance the validation accepts")
     steps_per_epoch: Optional[int] = Field(None, description="For epoch_time_s rows")

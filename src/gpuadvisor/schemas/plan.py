@@ -125,7 +125,14 @@ def parse_plan(text: str, **defaults: object) -> Plan:
 
     `defaults` fill fields the text leaves out (e.g. nodes/devices_per_node from the cluster).
     """
+    if not isinstance(text, str):
+        raise ValueError(f"a plan is a string like 'dp=2,tp=1,pp=1,mb=4' or a Plan, not {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("empty plan; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
+    if len(text) > 2000:
+        raise ValueError(f"plan text of {len(text)} characters is too long; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
     fields = dict(defaults)
+    given: set[str] = set()
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
             raise ValueError(f"plan item '{item}' is not key=value; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
@@ -134,13 +141,27 @@ def parse_plan(text: str, **defaults: object) -> Plan:
         if k not in Plan.model_fields:
             known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
             raise ValueError(f"unknown plan key '{k}'; known keys: {known}")
+        if k in given:
+            raise ValueError(f"plan key '{_SHORT.get(k, k)}' is given twice in '{text}'; keep one")
+        given.add(k)
         fields[k] = v
     if "nodes" not in fields and "devices_per_node" not in fields:
-        fields["devices_per_node"] = int(fields.get("dp", 1)) * int(fields.get("tp", 1)) * int(fields.get("pp", 1))
+        try:
+            fields["devices_per_node"] = int(fields.get("dp", 1)) * int(fields.get("tp", 1)) * int(fields.get("pp", 1))
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid plan '{text}': dp, tp and pp must be whole numbers") from None
     try:
-        return Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
+        plan = Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
     except Exception as exc:  # pydantic ValidationError -> one line
         raise ValueError(f"invalid plan '{text}': {_one_line(exc)}") from None
+    from .bounds import MAX_DEVICES
+    from .workload import MAX_GLOBAL_BATCH
+
+    if plan.world_size > MAX_DEVICES or plan.nodes * plan.devices_per_node > MAX_DEVICES:
+        raise ValueError(f"invalid plan '{text}': {plan.world_size} ranks is above the {MAX_DEVICES} gpuadvisor models")
+    if plan.global_batch() > MAX_GLOBAL_BATCH:
+        raise ValueError(f"invalid plan '{text}': batch dp*mb*m = {plan.global_batch()} is above {MAX_GLOBAL_BATCH}")
+    return plan
 
 
 def _one_line(exc: Exception) -> str:

@@ -77,7 +77,8 @@ class RunMetrics(Frozen):
     hostname: str = ""
 
 
-TrialStatus = Literal["ok", "oom", "timeout", "crash", "rendezvous", "invalid_metrics", "skipped", "running"]
+#: "budget": stopped by the study's wall-clock budget, not judged (the plan stays runnable).
+TrialStatus = Literal["ok", "oom", "timeout", "crash", "rendezvous", "invalid_metrics", "skipped", "running", "budget"]
 
 
 class TrialRecord(Frozen):

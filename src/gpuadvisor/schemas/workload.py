@@ -1,6 +1,7 @@
 """What the user wants to train: the model's shape and the training settings."""
 from __future__ import annotations
 
+import math
 from typing import Literal, Optional
 
 from pydantic import Field, model_validator
@@ -8,6 +9,11 @@ from pydantic import Field, model_validator
 from ._base import Frozen
 
 Precision = Literal["fp32", "bf16", "fp16"]
+
+
+#: Largest transformer shape accepted (10x beyond today's largest published models).
+MAX_SHAPE = {"n_layers": 10_000, "d_model": 1_000_000, "n_heads": 100_000, "d_ff": 10_000_000,
+             "vocab_size": 100_000_000}
 
 
 class ModelSpec(Frozen):
@@ -39,6 +45,9 @@ class ModelSpec(Frozen):
             for f in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size"):
                 if getattr(self, f) <= 0:
                     raise ValueError(f"model '{self.name}': {f} must be a positive integer for a transformer")
+                if getattr(self, f) > MAX_SHAPE[f]:
+                    raise ValueError(f"model '{self.name}': {f} {getattr(self, f)} is above {MAX_SHAPE[f]}; "
+                                     "check the model's config")
             if self.d_model % self.n_heads:
                 raise ValueError(
                     f"model '{self.name}': d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
@@ -52,6 +61,10 @@ class ModelSpec(Frozen):
                 raise ValueError(
                     f"model '{self.name}': a generic model needs params and flops_per_sample"
                 )
+            for f in ("params_override", "flops_per_sample", "activation_bytes_per_sample"):
+                v = getattr(self, f)
+                if v is not None and not (math.isfinite(v) and 0 < v <= 1e21):
+                    raise ValueError(f"model '{self.name}': {f} must be a positive finite number, got {v}")
         return self
 
     @property
@@ -78,6 +91,12 @@ class ModelSpec(Frozen):
         return int(L * per_layer + emb + head + final_norm)
 
 
+#: Input bounds (beyond them a number is a typo, not a training run).
+MAX_SEQ_LEN = 2 ** 21
+MAX_GLOBAL_BATCH = 2 ** 31
+MAX_TOKEN_BUDGET = 1e16
+
+
 class TrainingSettings(Frozen):
     """How the user wants to train."""
 
@@ -93,8 +112,18 @@ class TrainingSettings(Frozen):
     def _check(self) -> "TrainingSettings":
         if self.seq_len <= 0:
             raise ValueError(f"seq_len must be positive, got {self.seq_len}")
+        if self.seq_len > MAX_SEQ_LEN:
+            raise ValueError(f"seq_len {self.seq_len} is above the supported {MAX_SEQ_LEN}; "
+                             "give a real sequence length")
         if self.global_batch <= 0:
             raise ValueError(f"global batch must be positive, got {self.global_batch}")
+        if self.global_batch > MAX_GLOBAL_BATCH:
+            raise ValueError(f"global batch {self.global_batch} is above the supported {MAX_GLOBAL_BATCH}; "
+                             "give sequences per optimizer step")
+        tb = self.token_budget
+        if tb is not None and not (math.isfinite(tb) and 0 < tb <= MAX_TOKEN_BUDGET):
+            raise ValueError(f"token budget must be a positive finite number of tokens up to {MAX_TOKEN_BUDGET:g}, "
+                             f"got {tb}")
         return self
 
 

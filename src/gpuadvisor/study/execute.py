@@ -14,6 +14,8 @@ from pydantic import Field
 from .. import __version__
 from ..schemas import Cluster, TrialRecord, Workload
 from ..schemas._base import Frozen
+from ..trials.hostcheck import host_mismatch
+from ..trials.lock import StudyLock
 from ..trials.runner import Launcher, reap_stale, run_trial
 from .grid import Cell, build_grid, cell_wall_s, study_wall_s
 from .progress import ProgressArg, make_progress
@@ -98,6 +100,15 @@ def run_study(spec: StudySpec, cluster: Cluster, out_dir: Union[str, Path], *,
     workloads = workloads or resolve_workloads(spec)
     cells = build_grid(spec, cluster, workloads)
     out = Path(out_dir).resolve()
+    with StudyLock(out / "run.lock", f"the study in {out}"):
+        return _run_locked(spec, cluster, out, cells, workloads, show=show, trainer_module=trainer_module,
+                           launcher=launcher, env=env, trial_timeout_s=trial_timeout_s, grace_s=grace_s, plots=plots)
+
+
+def _run_locked(spec: StudySpec, cluster: Cluster, out: Path, cells: list[Cell], workloads: dict[str, Workload], *,
+                show, trainer_module: str, launcher: Launcher, env: Optional[Mapping[str, str]],  # noqa: ANN001
+                trial_timeout_s: Optional[float], grace_s: float, plots: bool) -> StudyOutcome:
+    """The body of run_study, run while holding the folder's lock (one run per study folder at a time)."""
     sd = StudyDir(out)
     state, resumed = sd.open(cluster, spec, cells)
     name = f"study-{state.fingerprint[:8]}"
@@ -143,6 +154,10 @@ def run_study(spec: StudySpec, cluster: Cluster, out_dir: Union[str, Path], *,
             shutil.rmtree(run_dir, ignore_errors=True)  # partial files of the interrupted attempt
         from ..launch.build import make_job
 
+        if c.plan.zero_stage and trainer_module == "gpuadvisor.trainers":  # the one-time op build, as a step
+            from ..trials.opbuild import ensure_ops
+
+            ensure_ops({**os.environ, **envs}, progress=lambda m: show({"event": "note", "message": m}))
         job = make_job(c.plan, workloads[c.model], steps=spec.steps, warmup=spec.warmup)  # type: ignore[arg-type]
         start = time.monotonic()
         rec = run_trial(job, run_dir, timeout_s=_timeout(c, spec, trial_timeout_s), nproc=c.plan.devices_per_node,  # type: ignore[union-attr]
@@ -179,12 +194,8 @@ def dump_grid(cells: list[Cell]) -> str:
 
 def check_host(cluster: Cluster) -> list[str]:
     """Notes when the cluster describes other hardware than this host (trials run here)."""
-    gpu_cluster = any(d.kind == "gpu" for n in cluster.nodes for d in n.devices)
-    has_gpu = Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
-    if gpu_cluster and not has_gpu:
-        return [f"cluster '{cluster.name}' has GPUs but this host has none: trials would run on CPU ranks and "
-                "not match the predictions; use --dry-run to plan, or --cpu-ranks N / --preset cpu-2ranks here"]
-    return []
+    why = host_mismatch(cluster, "use --dry-run to plan it")
+    return [why] if why else []
 
 
 __all__ = ["StudyOutcome", "run_study", "plan_study", "resolve_workloads", "dump_grid", "check_host"]

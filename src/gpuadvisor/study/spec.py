@@ -14,12 +14,10 @@ from pydantic import Field
 from ..errors import UserError
 from ..schemas import ModelSpec, Workload
 from ..schemas._base import Frozen
+from ..workload.specs import SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
 
 STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
 PP_FACTORS = {"p": 1, "4p": 4}
-#: Vocabulary of the shape-spec models: the paper's synthetic data set has 8000 token ids (seed 001, sec. II-A).
-SHAPE_VOCAB = 8000
-_SHAPE_RE = re.compile(r"^L(\d+)-?H(\d+)-?A(\d+)(?:-?F(\d+))?(?:-?V(\d+))?(?:-?S(\d+))?$", re.IGNORECASE)
 
 
 class GpuCount(Frozen):
@@ -97,23 +95,6 @@ def parse_models(text: str) -> list[str]:
     for m in _items(text, "models"):
         seen.setdefault(m, None)
     return list(seen)
-
-
-def shape_model(text: str) -> Optional[ModelSpec]:
-    """A model from a shape spec 'L<layers>-H<hidden>-A<heads>[-F<ffn>][-V<vocab>][-S<positions>]', else None.
-
-    For tiny CPU studies, e.g. L2-H32-A4-V256-S16. Vocabulary defaults to 8000 (the paper's data set).
-    """
-    m = _SHAPE_RE.fullmatch(text.strip())
-    if not m:
-        return None
-    from ..workload.specs import model_from_args
-
-    layers, hidden, heads = (int(m.group(i)) for i in (1, 2, 3))
-    ffn = int(m.group(4)) if m.group(4) else None
-    vocab = int(m.group(5)) if m.group(5) else SHAPE_VOCAB
-    seq = int(m.group(6)) if m.group(6) else 1024
-    return model_from_args(layers, hidden, heads, ffn, vocab=vocab, seq=seq, name=text.strip())
 
 
 def model_slug(text: str) -> str:

@@ -24,6 +24,7 @@ from ..errors import UserError
 from ..schemas import Cluster, TrialRecord
 from ..schemas._base import Frozen
 from ..trials.atomic import write_atomic
+from ..trials.fingerprint import cluster_digest
 from .grid import Cell
 from .spec import StudySpec
 
@@ -65,7 +66,7 @@ def _h(obj: object) -> str:
 
 def fingerprint_parts(cluster: Cluster, spec: StudySpec) -> dict[str, str]:
     """What every measurement of the folder depends on (the grid itself may grow between runs)."""
-    return {"cluster": _h(cluster.model_dump(mode="json")), "run length": _h([spec.steps, spec.warmup]),
+    return {"cluster": cluster_digest(cluster)[:16], "run length": _h([spec.steps, spec.warmup]),
             "gpuadvisor version": __version__}
 
 

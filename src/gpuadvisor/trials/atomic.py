@@ -37,9 +37,12 @@ def write_atomic(path: Union[str, Path], data: Union[str, bytes], mode: Optional
     The file gets `mode`, by default the usual 0666 minus the umask (mkstemp alone would leave 0600).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file the caller asked for, not the temp file
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, (0o666 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:

@@ -42,13 +42,17 @@ def launcher_argv(job_file: Path, out_dir: Path, job: TrainerJob, *, nproc: int,
             sys.executable, *trainer_target(trainer_module), *trainer_args]
 
 
-def prepare_trainer(job: TrainerJob, trainer_module: str, env: Mapping[str, str], timeout_s: float) -> None:
-    """Build DeepSpeed's JIT op once, before ranks start (two ranks building it at once abort)."""
+def prepare_trainer(job: TrainerJob, trainer_module: str, env: Mapping[str, str]) -> None:
+    """Build DeepSpeed's JIT op once, before ranks start (two ranks building it at once abort).
+
+    The build is not part of the trial's deadline (trials.opbuild: its own watchdog, stale-lock recovery);
+    `confirm` runs it as a visible step before the first trial, so this is then a no-op.
+    """
     if trainer_module != "gpuadvisor.trainers" or not job.plan.zero_stage:
         return
-    code = "from gpuadvisor.trainers import ensure_deepspeed_ops; ensure_deepspeed_ops()"
-    subprocess.run([sys.executable, "-c", code], env=dict(env), timeout=timeout_s, check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from .opbuild import ensure_ops
+
+    ensure_ops(env)
 
 
 def _tail(path: Path, n: int = 20000) -> str:
@@ -129,8 +133,8 @@ def run_trial(job: TrainerJob, out_dir: Union[str, Path], *, timeout_s: float, n
     for stale in [*out.glob("error-rank*.json"), out / "metrics.json", out / RECORD, out / "guard.json"]:
         stale.unlink(missing_ok=True)
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    prepare_trainer(job, trainer_module, full_env)
     start = time.monotonic()
-    prepare_trainer(job, trainer_module, full_env, timeout_s)
     argv = launcher_argv(job_file, out, job, nproc=nproc, trainer_module=trainer_module, launcher=launcher)
     remaining = max(1.0, timeout_s - (time.monotonic() - start))
     guard_argv = [sys.executable, str(HERE / "guard.py"), "--token", token, "--timeout", f"{remaining:.3f}",

@@ -48,6 +48,7 @@ class ConfirmResult(Frozen):
     budget_s: float
     exhausted: bool = Field(False, description="Every candidate plan was tried or ruled out")
     notes: list[str] = Field(default_factory=list)
+    work_dir: Optional[str] = Field(None, description="Folder of this study's trial folders and records")
 
     def counted(self) -> list[TrialRow]:
         """Trials that count: metrics validated."""

@@ -24,6 +24,8 @@ KNOBS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "nu
          "zero_overlap_comm", "zero_hpz_partition_size", "recompute", "sequence_parallel", "nodes",
          "devices_per_node", "mesh_order")
 FINAL = ("ok", "oom", "timeout", "crash", "rendezvous", "invalid_metrics", "skipped")
+#: A trial stopped because the study's budget ran out: not a verdict on the plan, which stays runnable.
+BUDGET = "budget"
 LAYOUT = ("dp", "tp", "pp", "zero_stage", "zero_offload", "recompute", "sequence_parallel", "nodes",
           "devices_per_node", "pp_virtual_stages")
 
@@ -131,7 +133,7 @@ class SearchSpace:
 def trial_status(t: FrozenTrial) -> str:
     """Our status of a stored trial: a final status, 'pending' (running/waiting) or 'stale'."""
     st = t.user_attrs.get("status")
-    if st in FINAL:
+    if st in FINAL or st == BUDGET:
         return st
     if t.state in (TrialState.RUNNING, TrialState.WAITING):
         return "pending"
@@ -145,7 +147,7 @@ def _oom_blocks(oom: Plan, plan: Plan) -> bool:
 
 
 def blocked_plans(space: SearchSpace, trials: list[FrozenTrial]) -> set[str]:
-    """Plans that must not run (again): tried, pending, twice stale, or ruled out by an OOM."""
+    """Plans that must not run (again): tried, pending, twice stale, or ruled out by an OOM (a budget cut is none)."""
     done: set[str] = set()
     stale: dict[str, int] = {}
     ooms: list[Plan] = []
@@ -154,6 +156,8 @@ def blocked_plans(space: SearchSpace, trials: list[FrozenTrial]) -> set[str]:
         if key is None:
             continue
         st = trial_status(t)
+        if st == BUDGET:  # cut by the budget: the plan was not judged
+            continue
         if st == "stale":
             stale[key] = stale.get(key, 0) + 1
             continue

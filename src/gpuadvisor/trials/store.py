@@ -5,7 +5,6 @@ append at once); the learned correction refits from these rows plus knowledge/me
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
 from pathlib import Path
@@ -17,6 +16,7 @@ from ..errors import UserError
 from ..paths import user_data_dir
 from ..schemas import Cluster, Estimate, MeasurementRow, TrialRecord, Workload
 from .atomic import append_line, write_atomic
+from .plausible import implausible
 
 STORE_NAME = "measurements.jsonl"
 
@@ -28,7 +28,9 @@ def default_store_path() -> Path:
 
 def cluster_fingerprint(cluster: Cluster) -> str:
     """Short stable hash of a cluster model (source_group of local rows: local-<fingerprint>)."""
-    return hashlib.sha256(cluster.model_dump_json().encode()).hexdigest()[:12]
+    from .fingerprint import cluster_digest
+
+    return cluster_digest(cluster)[:12]
 
 
 def parse_rows(lines: Iterable[str], where: str, *, strict: bool) -> tuple[list[MeasurementRow], list[str]]:
@@ -38,13 +40,21 @@ def parse_rows(lines: Iterable[str], where: str, *, strict: bool) -> tuple[list[
         if not line.strip():
             continue
         try:
-            rows.append(MeasurementRow.model_validate_json(line))
+            row = MeasurementRow.model_validate_json(line)
         except ValidationError as exc:
             first = exc.errors()[0]
             why = f"{'.'.join(map(str, first['loc'])) or 'row'}: {first['msg']}"
             if strict:
                 raise UserError(f"{where} line {n} is not a valid measurement row ({why}); fix or remove it") from None
             bad.append(f"line {n}: {why}")
+            continue
+        why_not = implausible(row)
+        if why_not:
+            if strict:
+                raise UserError(f"{where} line {n} ({row.id}) is not plausible: {why_not}; fix or remove it")
+            bad.append(f"line {n}: {why_not}")
+            continue
+        rows.append(row)
     return rows, bad
 
 

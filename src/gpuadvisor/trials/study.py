@@ -7,6 +7,7 @@ the record and measurement rows, tell Optuna -> summarise predicted vs measured.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -19,18 +20,27 @@ from typing import Any, Mapping, Optional
 
 from .. import __version__
 from ..errors import UserError
+from ..launch.build import TRAINER_MODULE
 from ..paths import user_data_dir
 from ..schemas import Cluster, TrainerJob, Workload
 from .atomic import write_atomic
+from .fingerprint import cluster_digest
 from .progress import ProgressArg, make_progress
 from .multinode import run_trial_on_cluster
 from .runner import Launcher, TrialCancelled, reap_stale
 from .schemas import ConfirmResult, TrialRow
-from .space import DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next, trial_status
+from .hostcheck import require_host, require_modules, trainer_modules
+from .lock import StudyLock
+from .space import (BUDGET, DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next,
+                    trial_status)
+from .storage import GRACE_S
 from .store import MeasurementStore, rows_from_trial
 from .procs import alive, stat
 
 MIN_TRIAL_S = 5.0
+TRAINER = TRAINER_MODULE  # the bundled trainers: they need this host to match the cluster
+MAX_BUDGET_S = 30 * 86400.0
+LAUNCH_OVERHEAD_S = 10.0  # start of the launcher and ranks before the first step, when no trial measured it
 METRIC = "tokens_per_s"  # the objective's name in Optuna (dashboard axis label)
 
 
@@ -52,7 +62,7 @@ def _h(obj: Any) -> str:
 
 def fingerprint_parts(cluster: Cluster, workload: Workload, space: SearchSpace, steps: int, warmup: int) -> dict:
     """Hashes of what a study's results depend on: hardware, workload, search space, version."""
-    return {"hardware": _h(cluster.model_dump(mode="json")), "workload": _h(workload.model_dump(mode="json")),
+    return {"hardware": cluster_digest(cluster), "workload": _h(workload.model_dump(mode="json")),
             "search space": space.fingerprint(steps, warmup), "gpuadvisor version": __version__}
 
 
@@ -67,7 +77,8 @@ def _open_study(name: str, storage: Any, sampler: PlanSampler, parts: dict, fp: 
     attrs = study.user_attrs
     if "fingerprint" not in attrs:
         if study.trials:
-            raise UserError(f"study '{name}' in {masked} was not made by gpuadvisor confirm; pick another --study-name")
+            raise UserError(f"study '{name}' in {masked} was not made by gpuadvisor confirm; pick another "
+                            "--study-name")
         study.set_user_attr("fingerprint", fp)
         study.set_user_attr("fingerprint_parts", parts)
         study.set_user_attr("elapsed_s", 0.0)
@@ -80,8 +91,54 @@ def _open_study(name: str, storage: Any, sampler: PlanSampler, parts: dict, fp: 
     return study, True
 
 
-def _recover_stale(study: Any, storage: Any) -> list[int]:
-    """Fail RUNNING trials whose advisor died (same host, dead pid; or heartbeat stale) and retry each once."""
+def _finish_from_record(study: Any, storage: Any, t: Any, finish: Any) -> bool:
+    """Complete a RUNNING trial whose advisor died after writing its record (the commit point): its
+    measurement rows are appended (idempotent by id) and Optuna is told the recorded outcome, so the
+    trial is neither lost nor run (and counted) a second time. False when there is no record."""
+    from optuna.trial import TrialState
+
+    from ..schemas import TrialRecord
+
+    out_dir, trial_id = t.user_attrs.get("out_dir"), t.user_attrs.get("trial_id")
+    if not out_dir or not trial_id or finish is None:
+        return False
+    try:
+        rec = TrialRecord.model_validate_json((Path(out_dir).parent / "results" / f"{trial_id}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    finish(rec, t.user_attrs.get("plan"))
+    for k, v in {"status": rec.status, "error": rec.error, "error_file": rec.error_file,
+                 "duration_s": rec.duration_s, "measured_peak_memory_bytes": rec.measured_peak_memory_bytes,
+                 "status_note": "finished from its record after gpuadvisor stopped"}.items():
+        if v is not None:
+            storage.set_trial_user_attr(t._trial_id, k, v)
+    if rec.status == "ok" and rec.measured_tokens_per_s:
+        storage.set_trial_state_values(t._trial_id, state=TrialState.COMPLETE, values=[rec.measured_tokens_per_s])
+    else:
+        storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+    return True
+
+
+def _orphan(t: Any, local_only: bool) -> bool:
+    """A RUNNING trial that no worker ever claimed (its advisor died between ask and naming itself).
+
+    With a local storage (SQLite) every worker is on this host and we hold the study's lock, so such a
+    trial is dead; with a shared database it is dead once older than the heartbeat grace period.
+    """
+    if t.user_attrs.get("worker"):
+        return False
+    if local_only:
+        return True
+    start = t.datetime_start
+    return start is not None and (datetime.datetime.now() - start).total_seconds() > GRACE_S
+
+
+def _recover_stale(study: Any, storage: Any, finish: Any = None, local_only: bool = False) -> list[int]:
+    """Fail RUNNING trials whose advisor died (same host, dead pid; or heartbeat stale) and retry each once.
+
+    A dead trial that had already written its record is completed from it instead (`finish(record, plan)`
+    appends its measurement rows); one that was never claimed by a worker is failed (see `_orphan`).
+    """
     import optuna
     from optuna.trial import TrialState
 
@@ -89,10 +146,16 @@ def _recover_stale(study: Any, storage: Any) -> list[int]:
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         w = t.user_attrs.get("worker") or {}
-        if w.get("host") != host or alive(int(w.get("pid", 0)), w.get("pid_start")):
+        mine_dead = w.get("host") == host and not alive(int(w.get("pid", 0)), w.get("pid_start"))
+        if not (mine_dead or _orphan(t, local_only)):
             continue
         if t.user_attrs.get("out_dir"):
             reap_stale(t.user_attrs["out_dir"])
+        try:
+            if _finish_from_record(study, storage, t, finish):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
         try:
             storage.set_trial_user_attr(t._trial_id, "status_note", "stale: gpuadvisor stopped during the trial")
             storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
@@ -138,6 +201,33 @@ def _add_elapsed(study: Any, seconds: float) -> float:
     return total
 
 
+def _expected_s(study: Any, est: Any, steps: int, warmup: int) -> float:
+    """How long the next trial will likely take: the median of this study's finished trials, else the prediction."""
+    done = sorted(float(t.user_attrs["duration_s"]) for t in study.get_trials(deepcopy=False)
+                  if trial_status(t) == "ok" and t.user_attrs.get("duration_s"))
+    if done:
+        return max(MIN_TRIAL_S, done[len(done) // 2])
+    return max(MIN_TRIAL_S, LAUNCH_OVERHEAD_S + est.step_time_s * (steps + warmup))
+
+
+def _storage_key(masked: str) -> str:
+    """A short name for a storage, so each storage's studies get their own trial folders."""
+    return "storage-" + _h(masked)[:10]
+
+
+def check_confirm_args(top_k: Any, budget_s: Any, steps: Any, warmup: Any) -> None:
+    """One-line UserError for a confirm setting that cannot work (NaN/inf/negative budget, 0 steps...)."""
+    import math
+
+    for name, v, lo in (("top_k", top_k, 1), ("steps", steps, 1), ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise UserError(f"confirm: {name} must be a whole number >= {lo}, got {v!r}")
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not math.isfinite(budget_s) \
+            or not 0 < budget_s <= MAX_BUDGET_S:
+        raise UserError(f"confirm: budget_s must be a finite number of seconds > 0 and <= {MAX_BUDGET_S:.0f} "
+                        f"(30 days), got {budget_s!r}; e.g. 900 for 15 minutes")
+
+
 def _trial_timeout(est: Any, steps: int, warmup: int, override: Optional[float]) -> float:
     """Per-trial deadline: launch overhead plus a generous multiple of the predicted run time."""
     if override:
@@ -151,6 +241,8 @@ def _rows(study: Any, space: SearchSpace) -> list[TrialRow]:
     for t in study.get_trials(deepcopy=False):
         key = t.user_attrs.get("plan") or space.plan_for(t.params)
         if key is None or key not in space.estimates:
+            continue
+        if t.user_attrs.get("not_started"):
             continue
         est = space.estimates[key]
         meas = t.value if trial_status(t) == "ok" else None
@@ -188,6 +280,113 @@ def _summary(study: Any, space: SearchSpace, name: str, masked: str, fp: str, bu
         exhausted=exhausted, notes=notes)
 
 
+def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: Workload, *, name: str, masked: str,
+          base: Path, top_k: int, budget_s: float, steps: int, warmup: int, show: Any, notes: list[str],
+          store: MeasurementStore, bundled: bool, trainer_module: str, trial_env: Optional[Mapping[str, str]],
+          trial_timeout_s: Optional[float], grace_s: float, launcher: Launcher, cancel: Optional[threading.Event],
+          max_trials: Optional[int]) -> bool:
+    """Run trials while budget remains; returns True when the space is exhausted. Holds the study's lock."""
+    import optuna
+
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": getattr(stat(os.getpid()), "starttime", None)}
+    show({"event": "start", "message": f"study '{name}' ({len(space.estimates)} feasible plans, top {top_k} first, "
+                                       f"budget {budget_s:.0f}s, storage {masked})"})
+    exhausted = False
+    ran = 0
+    while (max_trials is None or ran < max_trials) and not (cancel is not None and cancel.is_set()):
+        elapsed = float(study.user_attrs.get("elapsed_s", 0.0))
+        remaining = budget_s - elapsed
+        trials = study.get_trials(deepcopy=False)
+        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
+        if not waiting and choose_next(space, trials) is None:
+            exhausted = True
+            break
+        if remaining < MIN_TRIAL_S:
+            notes.append(f"the budget is spent ({elapsed:.0f}s of {budget_s:.0f}s); rerun with a larger --budget "
+                         "to continue the study")
+            break
+        t0 = time.monotonic()
+        trial = study.ask()
+        dists = space.distributions()
+        params = {f: trial.suggest_categorical(f, dists[f].choices) for f in space.fields}
+        key = space.plan_for(params)
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        if key is None or key in blocked_plans(space, others):
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("plan", key)
+            trial.set_user_attr("error", "not run: not a candidate, already tried, or ruled out by an earlier OOM")
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # not run, so not a failure
+            continue
+        est = space.estimates[key]
+        need = _expected_s(study, est, steps, warmup)
+        if need > remaining:  # would be cut by the budget: do not start it (and do not judge the plan)
+            trial.set_user_attr("status", BUDGET)
+            trial.set_user_attr("plan", key)
+            trial.set_user_attr("not_started", True)
+            trial.set_user_attr("error", f"not started: {remaining:.0f}s of budget left, the trial needs ~{need:.0f}s")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            notes.append(f"stopped with {remaining:.0f}s of budget left: the next trial ({key}) needs ~{need:.0f}s; "
+                         "rerun with a larger --budget to run it")
+            break
+        if bundled and est.plan.zero_stage:  # DeepSpeed's one-time op build: a step of its own, not the trial's
+            from .opbuild import ensure_ops
+
+            ensure_ops({**os.environ, **(trial_env or {})},
+                       progress=lambda msg: show({"event": "note", "message": msg}))
+            t0 = time.monotonic()
+        ran += 1
+        trial_id = f"{name}-t{trial.number:04d}"
+        out_dir = base / f"t{trial.number:04d}"
+        for k, v in {"plan": key, "trial_id": trial_id, "worker": me, "out_dir": str(out_dir),
+                     "predicted_tokens_per_s": est.tokens_per_s}.items():
+            trial.set_user_attr(k, v)
+        seed_rank = trial.user_attrs.get("seed_rank") if hasattr(trial, "user_attrs") else None
+        best = study.best_value if any(trial_status(t) == "ok" for t in others) else None
+        show({"event": "trial", "n": trial.number + 1, "plan": key, "seed_rank": seed_rank, "top_k": top_k,
+              "elapsed_s": elapsed, "budget_s": budget_s, "best_tokens_per_s": best})
+        job = TrainerJob(plan=est.plan, workload=workload, steps=steps, warmup=warmup,
+                         trainer_model="resnet18" if "resnet" in workload.model.name.lower() else "gpt")
+        natural = _trial_timeout(est, steps, warmup, trial_timeout_s)
+        timeout = min(natural, max(MIN_TRIAL_S, remaining))
+        try:
+            with _Heartbeat(st, trial._trial_id):
+                rec = run_trial_on_cluster(job, cluster, out_dir, timeout_s=timeout, trainer_module=trainer_module,
+                                           env=trial_env, trial_id=trial_id, study=name, grace_s=grace_s,
+                                           estimate=est, launcher=launcher, cancel=cancel)
+        except (KeyboardInterrupt, TrialCancelled) as exc:
+            trial.set_user_attr("status_note", "stale: interrupted")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            cb = st.get_heartbeat_stale_trial_callback()
+            if cb is not None:
+                cb(study, study.get_trials(deepcopy=False)[trial.number])
+            _add_elapsed(study, time.monotonic() - t0)
+            if isinstance(exc, TrialCancelled):
+                notes.append(f"cancelled during trial {trial.number}; it is retried once when the study resumes")
+                break
+            raise
+        if rec.status == "timeout" and timeout < natural:  # the budget stopped it, not the plan
+            why = (f"stopped by the study's budget after {timeout:.0f}s (not a verdict on the plan: it runs again "
+                   "when the study resumes with budget left)")
+            rec = rec.model_copy(update={"status": BUDGET, "error": why})
+        write_atomic(base / "results" / f"{trial_id}.json", rec.model_dump_json(indent=1))
+        for row in rows_from_trial(rec, cluster, workload, est):
+            store.append(row)
+        for k, v in {"status": rec.status, "error": rec.error, "error_file": rec.error_file,
+                     "duration_s": rec.duration_s, "measured_peak_memory_bytes": rec.measured_peak_memory_bytes}.items():
+            if v is not None:
+                trial.set_user_attr(k, v)
+        if rec.status == "ok":
+            study.tell(trial, rec.measured_tokens_per_s)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        total = _add_elapsed(study, time.monotonic() - t0)
+        best = study.best_value if rec.status == "ok" or best else best
+        show({"event": "result", "n": trial.number + 1, "plan": key, "status": rec.status,
+              "measured": rec.measured_tokens_per_s, "predicted": est.tokens_per_s, "best_tokens_per_s": best,
+              "elapsed_s": total, "budget_s": budget_s})
+    return exhausted
+
+
 def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: float = 900.0, steps: int = 20,
             warmup: int = 3, storage: Optional[str] = None, study_name: Optional[str] = None,
             trainer_module: str = "gpuadvisor.trainers", progress: ProgressArg = None,
@@ -206,15 +405,26 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     name defaults to <model>-<cluster>-<fingerprint> (the fingerprint covers cluster, workload, search space
     and gpuadvisor version), so rerunning the same command resumes it; resuming a named study with a
     different fingerprint is refused. After a crash of gpuadvisor, its unfinished trials are failed and retried
-    once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module` let tests use fake cost models and trainers.
+    once. `max_trials` caps the trials run by this call. `planner`, `trial_env`, `launcher` and `trainer_module`
+    let tests use fake cost models and trainers.
+
+    Before any trial: the settings are checked (finite budget...), and with the bundled trainers this host
+    must match the cluster and torch/DeepSpeed must be importable (one-line UserError otherwise). A second
+    run of the same study on this host is refused while one runs (lock file). A trial that would not fit
+    in the remaining budget is not started; one cut by the budget is recorded as 'budget' and rerun later.
+    Trial folders live under <user data>/trials/<storage>/<study>, so two storages never share them.
     """
     import optuna
 
-    if top_k < 1 or budget_s <= 0 or steps < 1 or warmup < 0:
-        raise UserError("confirm needs top_k >= 1, budget_s > 0, steps >= 1 and warmup >= 0")
+    check_confirm_args(top_k, budget_s, steps, warmup)
+    bundled = trainer_module == TRAINER
+    if bundled:  # the real trainers measure this host: it must be the hardware the plans are for
+        require_host(cluster)
     show = make_progress(progress)
     planner = planner or DefaultPlanner(cluster, workload, correction)
     space = SearchSpace(planner.estimates(), planner.top(top_k), workload)
+    if bundled:
+        require_modules(trainer_modules(e.plan for e in space.estimates.values()), "confirm (the bundled trainers)")
     parts = fingerprint_parts(cluster, workload, space, steps, warmup)
     fp = _h(parts)[:16]
     name = study_name or default_study_name(cluster, workload, fp)
@@ -227,86 +437,26 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
         for i, key in enumerate(space.seeds):
             study.enqueue_trial(space.param_dict(space.estimates[key].plan), user_attrs={"seed_rank": i},
                                 skip_if_exists=True)
-    stale = _recover_stale(study, st)
-    notes = [f"resumed study '{name}'"] if resumed else []
-    if stale:
-        notes.append(f"trials {stale} were left unfinished by a stopped gpuadvisor; each is retried once")
-    base = Path(work_dir) if work_dir else user_data_dir() / "trials" / name
-    store = MeasurementStore(store_path)
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": getattr(stat(os.getpid()), "starttime", None)}
-    show({"event": "start", "message": f"study '{name}' ({len(space.estimates)} feasible plans, top {top_k} first, "
-                                       f"budget {budget_s:.0f}s, storage {masked})"})
-    exhausted = False
-    ran = 0
-    while (max_trials is None or ran < max_trials) and not (cancel is not None and cancel.is_set()):
-        elapsed = float(study.user_attrs.get("elapsed_s", 0.0))
-        remaining = budget_s - elapsed
-        trials = study.get_trials(deepcopy=False)
-        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
-        if not waiting and choose_next(space, trials) is None:
-            exhausted = True
-            break
-        if remaining < MIN_TRIAL_S:
-            break
-        t0 = time.monotonic()
-        trial = study.ask()
-        dists = space.distributions()
-        params = {f: trial.suggest_categorical(f, dists[f].choices) for f in space.fields}
-        key = space.plan_for(params)
-        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
-        if key is None or key in blocked_plans(space, others):
-            trial.set_user_attr("status", "skipped")
-            trial.set_user_attr("plan", key)
-            trial.set_user_attr("error", "not run: not a candidate, already tried, or ruled out by an earlier OOM")
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # not run, so not a failure
-            continue
-        est = space.estimates[key]
-        ran += 1
-        trial_id = f"{name}-t{trial.number:04d}"
-        out_dir = base / f"t{trial.number:04d}"
-        for k, v in {"plan": key, "trial_id": trial_id, "worker": me, "out_dir": str(out_dir),
-                     "predicted_tokens_per_s": est.tokens_per_s}.items():
-            trial.set_user_attr(k, v)
-        seed_rank = trial.user_attrs.get("seed_rank") if hasattr(trial, "user_attrs") else None
-        best = study.best_value if any(trial_status(t) == "ok" for t in others) else None
-        show({"event": "trial", "n": trial.number + 1, "plan": key, "seed_rank": seed_rank, "top_k": top_k,
-              "elapsed_s": elapsed, "budget_s": budget_s, "best_tokens_per_s": best})
-        job = TrainerJob(plan=est.plan, workload=workload, steps=steps, warmup=warmup,
-                         trainer_model="resnet18" if "resnet" in workload.model.name.lower() else "gpt")
-        timeout = min(_trial_timeout(est, steps, warmup, trial_timeout_s), max(MIN_TRIAL_S, remaining))
-        try:
-            with _Heartbeat(st, trial._trial_id):
-                rec = run_trial_on_cluster(job, cluster, out_dir, timeout_s=timeout, trainer_module=trainer_module,
-                                           env=trial_env, trial_id=trial_id, study=name, grace_s=grace_s,
-                                           estimate=est, launcher=launcher, cancel=cancel)
-        except (KeyboardInterrupt, TrialCancelled) as exc:
-            trial.set_user_attr("status_note", "stale: interrupted")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            cb = st.get_heartbeat_stale_trial_callback()
-            if cb is not None:
-                cb(study, study.get_trials(deepcopy=False)[trial.number])
-            _add_elapsed(study, time.monotonic() - t0)
-            if isinstance(exc, TrialCancelled):
-                notes.append(f"cancelled during trial {trial.number}; it is retried once when the study resumes")
-                break
-            raise
-        write_atomic(base / "results" / f"{trial_id}.json", rec.model_dump_json(indent=1))
-        for row in rows_from_trial(rec, cluster, workload, est):
-            store.append(row)
-        for k, v in {"status": rec.status, "error": rec.error, "error_file": rec.error_file,
-                     "duration_s": rec.duration_s, "measured_peak_memory_bytes": rec.measured_peak_memory_bytes}.items():
-            if v is not None:
-                trial.set_user_attr(k, v)
-        if rec.status == "ok":
-            study.tell(trial, rec.measured_tokens_per_s)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        total = _add_elapsed(study, time.monotonic() - t0)
-        best = study.best_value if rec.status == "ok" or best else best
-        show({"event": "result", "n": trial.number + 1, "plan": key, "status": rec.status,
-              "measured": rec.measured_tokens_per_s, "predicted": est.tokens_per_s, "best_tokens_per_s": best,
-              "elapsed_s": total, "budget_s": budget_s})
-    result = _summary(study, space, name, masked, fp, budget_s, exhausted, notes)
+    base = Path(work_dir) if work_dir else user_data_dir() / "trials" / _storage_key(masked) / name
+    with StudyLock(base / "run.lock", f"study '{name}' in {masked}"):
+        store = MeasurementStore(store_path)
+
+        def finish(rec: Any, key: Optional[str]) -> None:
+            est = space.estimates.get(key) if key else None
+            for row in rows_from_trial(rec, cluster, workload, est):
+                store.append(row)
+
+        stale = _recover_stale(study, st, finish, local_only=masked.startswith("sqlite"))
+        notes = [f"resumed study '{name}'"] if resumed else []
+        if stale:
+            notes.append(f"trials {stale} were left unfinished by a stopped gpuadvisor; each is retried once")
+        exhausted = _loop(study, st, space, cluster, workload, name=name, masked=masked, base=base, top_k=top_k,
+                          budget_s=budget_s, steps=steps, warmup=warmup, show=show, notes=notes,
+                          store=store, bundled=bundled, trainer_module=trainer_module,
+                          trial_env=trial_env, trial_timeout_s=trial_timeout_s, grace_s=grace_s, launcher=launcher,
+                          cancel=cancel, max_trials=max_trials)
+    result = _summary(study, space, name, masked, fp, budget_s, exhausted, notes).model_copy(
+        update={"work_dir": str(base)})
     show({"event": "done", "message": (f"winner {result.winner.to_string()} at {result.winner_measured_tokens_per_s:,.0f} "
                                        f"tok/s" if result.winner else "no trial produced valid metrics")})
     return result

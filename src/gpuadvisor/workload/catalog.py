@@ -143,7 +143,8 @@ def nearest_size(n: float, tolerance: float = 0.2, typed: Optional[str] = None) 
         known = ", ".join(label for label, _ in table.values())
         raise UserError(
             f"unknown model size '{typed or format_size(n)}': known sizes {known} (±{tolerance:.0%}); "
-            "or give a preset name or the path of a HuggingFace config.json with the model's shape"
+            "or give a preset name, a shape like L24-H1024-A16 (layers, hidden, heads) or the path of a "
+            "HuggingFace config.json"
         )
     label, key = table[best]
     return presets()[key], label, rel

@@ -51,9 +51,9 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
                         f"'{model.name}'; use --seq-len {model.max_seq_len} or less")
     if tokens_per_step is not None:
         if generic:
-            raise UserError(f"'{model.name}' is not a token model; give --global-batch (samples), "
-                            "not --tokens-per-step")
-        _positive("tokens_per_step", tokens_per_step, "--tokens-per-step 8192")
+            raise UserError(f"'{model.name}' is not a token model; give global_batch (samples), "
+                            "not tokens_per_step")
+        _positive("tokens_per_step", tokens_per_step, "tokens_per_step=8192")
         if tokens_per_step % seq_len:
             lo = max(seq_len, tokens_per_step // seq_len * seq_len)
             raise UserError(f"tokens_per_step {tokens_per_step} is not a multiple of seq_len {seq_len}; "
@@ -61,7 +61,7 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         from_tokens = tokens_per_step // seq_len
         if global_batch is not None and global_batch != from_tokens:
             raise UserError(f"global_batch {global_batch} x seq_len {seq_len} != tokens_per_step "
-                            f"{tokens_per_step}; give only one of --global-batch and --tokens-per-step")
+                            f"{tokens_per_step}; give only one of global_batch and tokens_per_step")
         global_batch = from_tokens
     if global_batch is None:
         global_batch = default_global_batch or DEFAULT_GLOBAL_BATCH

@@ -1,6 +1,7 @@
-"""Turn what the user typed ("1.5B", "gpt2-xl", "path/config.json", --layers ...) into a ModelSpec."""
+"""Turn what the user typed ("1.5B", "gpt2-xl", "path/config.json", "L24-H1024-A16") into a ModelSpec."""
 from __future__ import annotations
 
+import re
 from typing import Literal, Optional
 
 from ..errors import UserError
@@ -39,9 +40,12 @@ def resolve_preset(text: str) -> tuple[ModelSpec, Optional[catalog.Preset]]:
             source = (f"size {catalog.format_size(n)} is not documented; snapped to {label} ({preset.key}, "
                       f"{rel:.1%} away); {spec.source}")
         return spec.model_copy(update={"name": f"{preset.key} ({label})", "source": source}), preset
+    shaped = shape_model(t)
+    if shaped is not None:
+        return shaped, None
     known = ", ".join(catalog.preset_names())
-    raise UserError(f"unknown model '{t}': give a size like 1.5B, a preset ({known}) or a HuggingFace "
-                    "config.json path")
+    raise UserError(f"unknown model '{t}': give a size like 1.5B, a preset ({known}), a shape like "
+                    "L24-H1024-A16 (layers, hidden, heads) or a HuggingFace config.json path")
 
 
 def _described(spec: ModelSpec, preset: catalog.Preset) -> ModelSpec:
@@ -60,7 +64,7 @@ def swiglu_ffn(hidden: int, multiple_of: int = 256) -> int:
 def model_from_args(layers: int, hidden: int, heads: int, ffn: Optional[int] = None, vocab: int = 50257,
                     seq: int = 1024, *, mlp: Literal["gelu", "swiglu"] = "gelu", kv_heads: int = 0,
                     tied: Optional[bool] = None, name: Optional[str] = None) -> ModelSpec:
-    """A transformer from an explicit shape (--layers/--hidden/--heads[/--ffn/--vocab/--seq]).
+    """A transformer from an explicit shape (layers/hidden/heads[/ffn/vocab/seq]; the L-H-A shape spec).
 
     ffn defaults to 4·hidden (gelu) or Llama's 8/3·hidden rounded to 256 (swiglu). `seq` is the learned
     position table length for gelu models; swiglu models get rotary positions (no table).
@@ -79,7 +83,7 @@ def model_from_args(layers: int, hidden: int, heads: int, ffn: Optional[int] = N
         return ModelSpec(name=label, source=f"explicit shape: layers={layers} hidden={hidden} heads={heads} "
                          f"ffn={ffn} vocab={vocab} seq={seq} mlp={mlp}", **fields)
     except ValueError as exc:
-        raise UserError(f"model shape: {_first_error(exc)}; pick --heads dividing --hidden") from None
+        raise UserError(f"model shape: {_first_error(exc)}; pick heads dividing hidden (A divides H)") from None
 
 
 def generic_model(name: str, params: float, flops_per_sample: float,
@@ -97,6 +101,26 @@ def generic_model(name: str, params: float, flops_per_sample: float,
     return ModelSpec(name=name, kind="generic", params_override=int(params), flops_per_sample=float(flops_per_sample),
                      activation_bytes_per_sample=activation_bytes_per_sample,
                      source="user: params + FLOPs per sample")
+
+
+#: Vocabulary of the shape-spec models: the paper's synthetic data set has 8000 token ids (seed 001, sec. II-A).
+SHAPE_VOCAB = 8000
+_SHAPE_RE = re.compile(r"^L(\d+)-?H(\d+)-?A(\d+)(?:-?F(\d+))?(?:-?V(\d+))?(?:-?S(\d+))?$", re.IGNORECASE)
+
+
+def shape_model(text: str) -> Optional[ModelSpec]:
+    """A model from a shape spec 'L<layers>-H<hidden>-A<heads>[-F<ffn>][-V<vocab>][-S<positions>]', else None.
+
+    For tiny CPU studies, e.g. L2-H32-A4-V256-S16. Vocabulary defaults to 8000 (the paper's data set).
+    """
+    m = _SHAPE_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    layers, hidden, heads = (int(m.group(i)) for i in (1, 2, 3))
+    ffn = int(m.group(4)) if m.group(4) else None
+    vocab = int(m.group(5)) if m.group(5) else SHAPE_VOCAB
+    seq = int(m.group(6)) if m.group(6) else 1024
+    return model_from_args(layers, hidden, heads, ffn, vocab=vocab, seq=seq, name=text.strip())
 
 
 def make_workload(model, **settings):  # noqa: ANN001, ANN201 - re-export, see settings.make_workload

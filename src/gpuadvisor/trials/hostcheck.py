@@ -1,0 +1,92 @@
+"""Checks before any trial runs: does this host match the cluster, and is the trainer's software installed?
+
+A trial measures the plan on the devices of *this* host (and of the cluster's reachable nodes). A GPU
+cluster described by a preset or file, measured on a GPU-less host, would run CPU ranks and report
+numbers that say nothing about the plan; a missing torch/DeepSpeed would make every plan "crash". Both
+are refused here in one line, before any plan is blamed. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..errors import UserError
+from ..schemas import Cluster, Plan
+
+#: What the bundled trainers need, by feature (the `train` / `plots` extras of pyproject.toml).
+EXTRAS = {"torch": "train", "deepspeed": "train", "matplotlib": "plots"}
+
+
+def local_gpu_count() -> Optional[int]:
+    """NVIDIA GPUs visible on this host (/dev/nvidiaN), 0 when none; None when unknown (nvidia-smi only)."""
+    devs = [p for p in glob.glob("/dev/nvidia[0-9]*") if Path(p).name[6:].isdigit()]
+    if devs:
+        return len(devs)
+    return None if shutil.which("nvidia-smi") else 0
+
+
+def host_mismatch(cluster: Cluster, plan_only: str = "drop --confirm to only rank") -> Optional[str]:
+    """Why trials of `cluster` cannot run on this host, or None when they can.
+
+    Only nodes reached locally are checked (ssh/slurm/prefix nodes are checked by the remote preflight).
+    CPU-rank clusters run anywhere; GPU clusters need at least as many GPUs here as the largest local node.
+    `plan_only` says how the command plans without running (e.g. "use --dry-run to plan").
+    """
+    local = [n for n in cluster.nodes if n.access.method == "local"]
+    want = max((sum(d.kind == "gpu" for d in n.devices) for n in local), default=0)
+    if want == 0:
+        return None
+    have = local_gpu_count()
+    if have == 0:
+        return (f"cluster '{cluster.name}' has GPUs but this host has none, so trials would run on CPU ranks and "
+                f"say nothing about its plans; {plan_only}, run on the machine it describes, or use --cpu-ranks N "
+                "here (or --preset cpu-2ranks)")
+    if have is not None and have < want:
+        return (f"cluster '{cluster.name}' has {want} GPUs per node but this host has {have}; run the trials on "
+                "the machine the cluster describes, or describe this host (gpuadvisor probe --save FILE)")
+    return None
+
+
+def require_host(cluster: Cluster, plan_only: str = "drop --confirm to only rank") -> None:
+    """Raise the one-line UserError of `host_mismatch`, if any."""
+    why = host_mismatch(cluster, plan_only)
+    if why:
+        raise UserError(why)
+
+
+def missing(modules: Iterable[str]) -> list[str]:
+    """The modules of `modules` that this interpreter cannot import (found without importing them)."""
+    out = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
+def trainer_modules(plans: Iterable[Plan]) -> list[str]:
+    """What the bundled trainers import to run `plans`: torch, plus DeepSpeed for ZeRO plans."""
+    need = ["torch"]
+    if any(p.zero_stage for p in plans):
+        need.append("deepspeed")
+    return need
+
+
+def require_modules(modules: Iterable[str], what: str) -> None:
+    """One-line UserError naming the missing modules and the pip extra that brings them."""
+    gone = missing(modules)
+    if not gone:
+        return
+    extras = sorted({EXTRAS.get(m, m) for m in gone})
+    pip = " ".join(f"'gpuadvisor[{e}]'" for e in extras)
+    raise UserError(f"{what} needs {', '.join(gone)}, which this Python cannot import; install it with "
+                    f"`pip install {pip}` (no trial was run, no plan was blamed)")
+
+
+__all__ = ["host_mismatch", "require_host", "missing", "require_modules", "trainer_modules", "local_gpu_count"]
