@@ -11,5 +11,5 @@ __version__ = "0.1.0"
 from .api import Suggestion, confirm, launch_config, make_workload, predict, probe, resolve_cluster, suggest  # noqa: E402
 from .errors import UserError  # noqa: E402
 
-__all__ = ["Suggestion", "UserError", "__version__", "confirm", "launch_config", "make_workload", "predict", "probe",
-           "resolve_cluster", "suggest"]
+__all__ = ["Suggestion", "UserError", "__version__", "confirm", "launch_config", "make_workload", "predict",
+           "probe", "resolve_cluster", "suggest"]

@@ -14,7 +14,8 @@ from .argtypes import number, text, whole
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `predict` subcommand."""
     p = sub.add_parser("predict", help="estimate one plan: step time, tokens/s, memory, traffic, rules")
-    p.add_argument("--model", required=True, type=text("--model"), help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
+    p.add_argument("--model", required=True, type=text("--model"),
+                   help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
     p.add_argument("--plan", required=True, help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="cluster preset name (gpuadvisor presets)")
@@ -23,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), default=None,
                    help="default: dp*mb*m of the plan")
     p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None, help="tokens to train (time and bytes per run)")
+    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
+                   help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
     p.add_argument("--json", action="store_true", help="print the Estimate as JSON")
     p.set_defaults(func=run)

@@ -26,12 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategies", default="all",
                    help="comma list of dp,tp,pp,zero1,zero2,zero3,zero3-offload (default all)")
     p.add_argument("--gpus", default="1,2,4", help="GPU counts, e.g. 1,2,4; NxM = N nodes x M GPUs (default 1,2,4)")
-    p.add_argument("--steps", type=whole(1, 1_000_000), default=200, help="timed steps per cell (default 200, as the paper)")
+    p.add_argument("--steps", type=whole(1, 1_000_000), default=200,
+                   help="timed steps per cell (default 200, as the paper)")
     p.add_argument("--warmup", type=whole(0, 1_000_000), default=10, help="untimed warm-up steps per cell (default 10)")
     p.add_argument("--pp-microbatches", default="p", metavar="p,4p",
                    help="pipeline micro-batch counts: p (maximum bubble, the paper's main runs), 4p, or p,4p")
-    p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="sequence length for every model (default: the model's)")
-    p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="global batch for every model (default: the model's)")
+    p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN),
+                   help="sequence length for every model (default: the model's)")
+    p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH),
+                   help="global batch for every model (default: the model's)")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], help="precision for every model")
     add_cluster_args(p)
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",

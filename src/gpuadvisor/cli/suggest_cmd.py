@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Rank every feasible DP/TP/PP/ZeRO plan for a model on your cluster.")
     add_workload_args(p)
     add_cluster_args(p)
-    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), help="total training tokens (time-to-train, cost, bytes per run)")
+    p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET),
+                   help="total training tokens (time-to-train, cost, bytes per run)")
     p.add_argument("--allow-batch-change", action="store_true",
                    help="let the advisor change the global batch (the launch config states the LR change)")
     p.add_argument("--objective", choices=["throughput", "memory", "time", "cost"], default="throughput")

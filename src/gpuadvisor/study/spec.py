@@ -14,7 +14,7 @@ from pydantic import Field
 from ..errors import UserError
 from ..schemas import ModelSpec, Workload
 from ..schemas._base import Frozen
-from ..workload.specs import SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
+from ..workload.specs import _SHAPE_RE, SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
 
 STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
 PP_FACTORS = {"p": 1, "4p": 4}

@@ -12,7 +12,8 @@ from .schemas import ConfirmResult
 
 
 # colour of a trial status on a terminal (piped output has none); anything else is a failure: red
-_STATUS_STYLE = {"ok": "green", "skipped": "dim", "pending": "yellow", "stale": "yellow"}
+# ("budget": cut by the study budget, not a verdict on the plan)
+_STATUS_STYLE = {"ok": "green", "skipped": "dim", "pending": "yellow", "stale": "yellow", "budget": "yellow"}
 
 
 def dashboard_command(storage: str) -> str:

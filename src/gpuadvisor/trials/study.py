@@ -324,7 +324,7 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
             trial.set_user_attr("plan", key)
             trial.set_user_attr("not_started", True)
             trial.set_user_attr("error", f"not started: {remaining:.0f}s of budget left, the trial needs ~{need:.0f}s")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # not run, so not a failure
             notes.append(f"stopped with {remaining:.0f}s of budget left: the next trial ({key}) needs ~{need:.0f}s; "
                          "rerun with a larger --budget to run it")
             break
@@ -377,6 +377,8 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
                 trial.set_user_attr(k, v)
         if rec.status == "ok":
             study.tell(trial, rec.measured_tokens_per_s)
+        elif rec.status == BUDGET:  # stopped early by the budget (Optuna's "pruned"), not a failed run
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         total = _add_elapsed(study, time.monotonic() - t0)
