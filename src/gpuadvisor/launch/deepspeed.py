@@ -4,7 +4,10 @@ Key names checked against DeepSpeed 0.19.8: runtime/constants.py (train_batch_si
 train_micro_batch_size_per_gpu, gradient_accumulation_steps, bf16/fp16 {"enabled"}, gradient_clipping,
 steps_per_print) and runtime/zero/config.py + offload_config.py (zero_optimization: stage,
 reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, zero_hpz_partition_size,
-offload_optimizer/offload_param {device, pin_memory}); launcher flags from launcher/runner.py.
+offload_optimizer/offload_param {device, pin_memory}), zero_allow_untested_optimizer and
+zero_force_ds_cpu_optimizer (runtime/constants.py); launcher flags from launcher/runner.py.
+This is the one plan -> DeepSpeed JSON builder: ds_config.json, the Accelerate DeepSpeed plugin and the
+bundled trainer all start from `deepspeed_config`.
 """
 from __future__ import annotations
 
@@ -55,8 +58,11 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
     elif precision == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     if plan.zero_offload:
-        # the bundled trainer hands DeepSpeed a torch optimizer; offload accepts it with this flag
+        # A client (torch) optimizer with ZeRO-Offload: DeepSpeed 0.19 raises "You are using ZeRO-Offload
+        # with a client provided optimizer" unless zero_force_ds_cpu_optimizer is false
+        # (runtime/engine.py, _configure_zero_optimizer); untested optimizers need the second flag.
         cfg["zero_allow_untested_optimizer"] = True
+        cfg["zero_force_ds_cpu_optimizer"] = False
     return cfg
 
 
