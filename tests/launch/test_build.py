@@ -78,7 +78,7 @@ def test_ifname_and_ib_detection():
                       make_workload("gpt2", global_batch=8))
     assert env_of(lc.nodes[0].env)["NCCL_SOCKET_IFNAME"].value == "eth0"  # fastest ethernet, not ib0
     assert env_of(lc.nodes[1].env)["NCCL_SOCKET_IFNAME"].value == "eth9"  # access.ifname wins
-    assert "NCCL_IB_DISABLE" not in env_of(lc.env)
+    assert env_of(lc.env)["NCCL_IB_DISABLE"].value == "0"  # IB exists: never disabled
 
 
 def test_zero3_offload_deepspeed_json(one_node):

@@ -14,7 +14,7 @@ from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, check_plan_for
 from ..schemas.workload import Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text
-from .environment import common_env, node_env, numa_binding
+from .environment import common_env, node_env, numa_binding, rdma_fabric
 from .placement import choose_nodes, placement_notes
 
 TRAINER_MODULE = "gpuadvisor.trainers"
@@ -160,13 +160,14 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     trainer_args = ["--plan", JOB_FILE, "--steps", str(n_steps), "--warmup", str(DEFAULT_WARMUP), "--out", out_dir]
     if ds is not None:
         trainer_args += ["--ds-config", DS_FILE]
+    rdma = multi and rdma_fabric(cluster, nodes)
     launches = []
     for rank, (node, used) in enumerate(placed):
         numa = numa_binding(used, node) if used[0].kind == "gpu" else None
         launches.append(NodeLaunch(
             node=node.name, node_rank=rank, numa_binding=numa,
             argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
-            env=node_env(node, used, plan, cluster, multi)))
+            env=node_env(node, used, plan, cluster, multi, rdma)))
     notes = placement_notes(plan, [n.name for n in nodes])
     lr = _lr_note(plan, workload)
     if lr:
@@ -189,4 +190,4 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
                      "launcher line and env, replace '-m gpuadvisor.trainers ...' by your training script")
     return LaunchConfig(plan=plan, estimate=estimate, launcher="torchrun", nodes=launches,
                         trainer_args=["-m", TRAINER_MODULE, *trainer_args], deepspeed_config=ds,
-                        env=common_env(plan, nodes, [u for _, u in placed], multi), notes=notes)
+                        env=common_env(plan, nodes, [u for _, u in placed], multi, cluster), notes=notes)

@@ -1,6 +1,15 @@
-"""Environment variables and NUMA binding for each node, every one with the reason it is set."""
+"""Environment variables and NUMA binding for each node, every one with the reason it is set.
+
+NCCL has two kinds of network names (NCCL User Guide, "Environment Variables"):
+- IP interfaces (netdevs: eno1, ens1f0np0, ib0 for IPoIB) carry sockets: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME;
+- RDMA devices (HCAs: mlx5_0, mlx5_0:1, bnxt_re0, efa_0, irdma0) carry the IB verbs transport (InfiniBand or
+  RoCE): NCCL_IB_HCA, never NCCL_SOCKET_IFNAME.
+`fabric_env` picks each per node and says why; `socket_tuning` adds NCCL_SOCKET_NTHREADS/NCCL_NSOCKS_PERTHREAD
+for 25-100+ GbE TCP, which knowledge/links.yaml's 100gbe rate assumes.
+"""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ..schemas.hardware import Cluster, Device, Nic, Node
@@ -8,27 +17,61 @@ from ..schemas.launch import EnvVar
 from ..schemas.plan import Plan
 
 _FAST_KINDS = ("infiniband", "roce")
+# RDMA device names the kernel drivers register (/sys/class/infiniband): mlx4/mlx5 (NVIDIA/Mellanox), hfi1/qib
+# (Omni-Path/QLogic), bnxt_re (Broadcom), irdma/i40iw (Intel), efa (AWS), rxe/siw (soft RoCE/iWARP), erdma, hns,
+# qedr, ocrdma, cxgb4, vmw_pvrdma, mana, ionic; an optional ':port' suffix as the probe writes it
+_HCA = re.compile(r"^(mlx[45]|hfi1|qib|bnxt_re|irdma|i40iw|efa|rxe|siw|erdma|hns|qedr|ocrdma|cxgb4|vmw_pvrdma|mana|"
+                  r"ionic)_?\d+(:\d+)?$")
+# NCCL User Guide, NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD: "for generic 100G networks" 4 and 4;
+# their product must not exceed 64. Below 25 Gbit/s one thread and one socket keep up with the wire.
+SOCKET_TUNING_MIN_GBIT = 25.0
+
+
+def is_hca(nic: Nic) -> bool:
+    """True for an RDMA device (mlx5_0, mlx5_0:1, efa_0...), which is no IP interface."""
+    return bool(_HCA.match(nic.name))
+
+
+def _usable(nic: Nic) -> bool:
+    return nic.kind != "loopback" and nic.name != "lo" and nic.operstate != "down"
+
+
+def hcas(node: Node, used: Optional[list[Device]] = None) -> list[Nic]:
+    """The node's usable InfiniBand/RoCE HCAs; with `used`, the rails of those devices when the NICs say which."""
+    found = [n for n in node.nics if _usable(n) and is_hca(n) and n.kind != "ethernet"]
+    if used is None or not any(n.closest_devices for n in found):
+        return found
+    idx = {d.index for d in used}
+    rails = [n for n in found if idx & set(n.closest_devices)]
+    return rails or found
 
 
 def inter_node_nic(node: Node, cluster: Cluster) -> Optional[str]:
-    """The interface other nodes reach this one through: access.ifname, the network's NIC, else the fastest NIC."""
-    if node.access.ifname:
+    """The IP interface other nodes reach this one through: access.ifname, the network's NIC, an Ethernet netdev,
+    else an IPoIB netdev; never an HCA (mlx5_*). None when the node lists no IP interface."""
+    if node.access.ifname and not _HCA.match(node.access.ifname):
         return node.access.ifname
-    names = {n.name for n in node.nics}
-    if cluster.network is not None and cluster.network.nic in names:
+    ip = [n for n in node.nics if _usable(n) and not is_hca(n)]
+    if cluster.network is not None and cluster.network.nic in {n.name for n in ip}:
         return cluster.network.nic
-    up = [n for n in node.nics if n.kind not in ("loopback",) and n.name != "lo" and n.operstate != "down"
-          and n.kind not in _FAST_KINDS]
-    if not up:  # IPoIB / RoCE netdevs carry sockets too
-        up = [n for n in node.nics if n.kind != "loopback" and n.name != "lo" and n.operstate != "down"]
+    up = [n for n in ip if n.kind not in _FAST_KINDS] or ip  # IPoIB / RoCE netdevs carry sockets too
     if not up:
         return None
     return max(up, key=lambda n: (n.speed_gbit_per_s or 0.0, n.operstate == "up")).name
 
 
 def has_rdma(node: Node) -> bool:
-    """True when the node has an InfiniBand or RoCE NIC that is not down."""
-    return any(n.kind in _FAST_KINDS and n.operstate != "down" for n in node.nics)
+    """True when the node has an InfiniBand or RoCE NIC (HCA or IPoIB netdev) that is not down."""
+    return any(n.kind in _FAST_KINDS and _usable(n) for n in node.nics)
+
+
+def rdma_fabric(cluster: Cluster, nodes: list[Node]) -> bool:
+    """True when the job's inter-node traffic can use IB verbs: the network says ib/roce, or every node has an
+    RDMA NIC and the network does not name a TCP link."""
+    proto = cluster.network.protocol if cluster.network is not None else "unknown"
+    if proto in ("ib", "roce"):
+        return True
+    return proto == "unknown" and all(has_rdma(n) for n in nodes)
 
 
 def _no_p2p_pairs(node: Node, used: list[Device]) -> list[tuple[int, int]]:
@@ -48,17 +91,34 @@ def numa_binding(used: list[Device], node: Node) -> Optional[str]:
             f"by hand: {manual}")
 
 
-def node_env(node: Node, used: list[Device], plan: Plan, cluster: Cluster, multi_node: bool) -> list[EnvVar]:
-    """Per-node variables: socket interface, P2P, threads per rank, visible devices."""
+def fabric_env(node: Node, used: list[Device], cluster: Cluster, gpu: bool, rdma: bool) -> list[EnvVar]:
+    """Socket interface (IP netdev) and, on an IB/RoCE fabric, NCCL_IB_HCA for this node's rails."""
+    env: list[EnvVar] = []
+    nic = inter_node_nic(node, cluster)
+    if nic:
+        why = f"{node.name} reaches the other nodes through the IP interface {nic}"
+        if gpu:
+            what = "NCCL bootstrap only; data goes over IB verbs" if rdma else "NCCL bootstrap and data sockets"
+            env.append(EnvVar(name="NCCL_SOCKET_IFNAME", value=nic, reason=f"{why} ({what})"))
+        env.append(EnvVar(name="GLOO_SOCKET_IFNAME", value=nic, reason=f"{why} (gloo and torchrun's store)"))
+    if gpu and rdma:
+        rails = hcas(node, used)
+        if rails:
+            names = ",".join(n.name for n in rails)
+            env.append(EnvVar(name="NCCL_IB_HCA", value=f"={names}",
+                              reason=f"InfiniBand/RoCE HCAs {names} of {node.name} (the rails of GPUs "
+                                     f"{','.join(str(d.index) for d in used)}): NCCL's IB transport uses exactly "
+                                     "these ('=' = exact names, so mlx5_1 does not also match mlx5_10)"))
+    return env
+
+
+def node_env(node: Node, used: list[Device], plan: Plan, cluster: Cluster, multi_node: bool,
+             rdma: bool = False) -> list[EnvVar]:
+    """Per-node variables: socket interface, IB HCAs, P2P, threads per rank, visible devices."""
     env: list[EnvVar] = []
     gpu = used[0].kind == "gpu"
     if multi_node:
-        nic = inter_node_nic(node, cluster)
-        if nic:
-            why = f"{node.name} reaches the other nodes through {nic}"
-            if gpu:
-                env.append(EnvVar(name="NCCL_SOCKET_IFNAME", value=nic, reason=f"{why} (NCCL bootstrap/sockets)"))
-            env.append(EnvVar(name="GLOO_SOCKET_IFNAME", value=nic, reason=f"{why} (gloo and torchrun's store)"))
+        env += fabric_env(node, used, cluster, gpu, rdma)
     if gpu:
         pairs = _no_p2p_pairs(node, used)
         if pairs:
@@ -78,17 +138,41 @@ def node_env(node: Node, used: list[Device], plan: Plan, cluster: Cluster, multi
     return env
 
 
-def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_node: bool) -> list[EnvVar]:
+def _tcp_speed_gbit(cluster: Cluster, nodes: list[Node]) -> Optional[float]:
+    """Wire speed of the TCP network: the network's nominal speed, else the slowest node's socket NIC."""
+    if cluster.network is not None and cluster.network.link_speed_gbit_per_s:
+        return cluster.network.link_speed_gbit_per_s
+    speeds = []
+    for n in nodes:
+        name = inter_node_nic(n, cluster)
+        speeds += [x.speed_gbit_per_s for x in n.nics if x.name == name and x.speed_gbit_per_s]
+    return min(speeds) if len(speeds) == len(nodes) and speeds else None
+
+
+def socket_tuning(speed_gbit: Optional[float]) -> list[EnvVar]:
+    """NCCL socket threads for fast TCP: one thread and one socket cannot fill 25-100+ GbE."""
+    if speed_gbit is None or speed_gbit < SOCKET_TUNING_MIN_GBIT:
+        return []
+    threads = 4 if speed_gbit >= 50 else 2
+    src = ("NCCL User Guide: 'for generic 100G networks' NCCL_SOCKET_NTHREADS=4 and NCCL_NSOCKS_PERTHREAD=4, "
+           "product <= 64; knowledge/links.yaml's 100gbe rate assumes it")
+    return [EnvVar(name="NCCL_SOCKET_NTHREADS", value=str(threads),
+                   reason=f"{speed_gbit:g} Gbit/s TCP: {threads} CPU helper threads per connection ({src})"),
+            EnvVar(name="NCCL_NSOCKS_PERTHREAD", value="4",
+                   reason=f"{speed_gbit:g} Gbit/s TCP: 4 sockets per thread spread the stream over several TCP "
+                          "flows (default 1)")]
+
+
+def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_node: bool,
+               cluster: Optional[Cluster] = None) -> list[EnvVar]:
     """Variables identical on every node."""
     gpu = used[0][0].kind == "gpu"
     env: list[EnvVar] = []
     if gpu:
         env.append(EnvVar(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1",
                           reason="a failed or hung NCCL collective aborts the job instead of hanging it"))
-        if multi_node and not all(has_rdma(n) for n in nodes):
-            lacking = ", ".join(n.name for n in nodes if not has_rdma(n))
-            env.append(EnvVar(name="NCCL_IB_DISABLE", value="1",
-                              reason=f"no usable InfiniBand/RoCE NIC on {lacking}: NCCL uses TCP sockets"))
+        if multi_node and cluster is not None:
+            env += network_env(cluster, nodes)
         if plan.tp > 1 and plan.sequence_parallel:
             env.append(EnvVar(name="CUDA_DEVICE_MAX_CONNECTIONS", value="1",
                               reason="tensor parallel with sequence parallel: one hardware queue keeps the "
@@ -97,3 +181,30 @@ def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_no
         env.append(EnvVar(name="DS_ACCELERATOR", value="cpu",
                           reason="CPU ranks: DeepSpeed must use its CPU accelerator (gloo)"))
     return env
+
+
+def network_env(cluster: Cluster, nodes: list[Node]) -> list[EnvVar]:
+    """IB/RoCE vs TCP settings for the whole job, each with its reason."""
+    net = cluster.network
+    if rdma_fabric(cluster, nodes):
+        proto = net.protocol if net is not None and net.protocol in ("ib", "roce") else "ib/roce"
+        if proto == "roce":
+            return [EnvVar(name="NCCL_IB_DISABLE", value="0",
+                           reason="RoCE network: NCCL's IB verbs transport runs over RoCE (GID chosen by NCCL; "
+                                  "set NCCL_IB_GID_INDEX only if your fabric needs a given RoCEv2 GID)")]
+        return [EnvVar(name="NCCL_IB_DISABLE", value="0",
+                       reason=f"{proto} network: NCCL uses InfiniBand verbs (GPUDirect RDMA where the driver "
+                              "allows), sockets only for bootstrap")]
+    env: list[EnvVar] = []
+    with_rdma = sorted({x.name for n in nodes for x in n.nics if x.kind in _FAST_KINDS and _usable(x)})
+    if with_rdma:
+        nic = net.nic if net is not None and net.nic else "its socket interface"
+        env.append(EnvVar(name="NCCL_IB_DISABLE", value="1",
+                          reason=f"the cluster's network is TCP over {nic}, although the nodes have InfiniBand/RoCE "
+                                 f"({', '.join(with_rdma)}): the prediction is for TCP; drop this line (and predict with "
+                                 "network ib-*) to use the faster fabric"))
+    else:
+        env.append(EnvVar(name="NCCL_IB_DISABLE", value="1",
+                          reason="no InfiniBand/RoCE NIC on any node: NCCL uses TCP sockets (skips probing "
+                                 "for IB devices)"))
+    return env + socket_tuning(_tcp_speed_gbit(cluster, nodes))
