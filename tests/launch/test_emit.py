@@ -28,7 +28,8 @@ def test_emit_two_node_zero(tmp_path, two_nodes):
     lc = build_launch(plan, two_nodes, wl, steps=5)
     paths = emit(lc, make_job(plan, wl, steps=5), tmp_path / "out")
     names = sorted(p.name for p in paths)
-    assert names == ["README.txt", "ds_config.json", "env.sh", "hostfile", "job.json", "launch.sh"]
+    assert names == ["README.txt", "accelerate.yaml", "ds_config.json", "env.sh", "hostfile", "job.json", "launch.sh",
+                     "megatron_args.txt", "slurm.sbatch", "torchtitan.toml"]
     out = tmp_path / "out"
     script = (out / "launch.sh").read_text()
     _bash_ok(out / "launch.sh")
@@ -52,7 +53,8 @@ def test_emit_single_node_runs_dry(tmp_path, one_node):
     plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
     lc = build_launch(plan, one_node, wl)
     paths = emit(lc, make_job(plan, wl), tmp_path)
-    assert sorted(p.name for p in paths) == ["README.txt", "env.sh", "job.json", "launch.sh"]
+    assert sorted(p.name for p in paths) == ["README.txt", "accelerate.yaml", "env.sh", "job.json", "launch.sh",
+                                             "megatron_args.txt", "slurm.sbatch", "torchtitan.toml"]
     _bash_ok(tmp_path / "launch.sh")
     if BASH:
         fake = tmp_path / "bin"
@@ -85,6 +87,33 @@ def test_emit_refuses_foreign_files_and_reemits_own(tmp_path, one_node):
     assert (other / "job.json").read_text() == '{"user": "data"}'
     assert not (other / "launch.sh").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_emit_keeps_user_edits_unless_forced(tmp_path, one_node):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    job = make_job(plan, wl)
+    emit(lc, job, tmp_path)
+    manifest = json.loads((tmp_path / ".gpuadvisor-manifest.json").read_text())["files"]
+    assert set(manifest) >= {"launch.sh", "env.sh", "job.json"} and all(len(h) == 64 for h in manifest.values())
+    edited = (tmp_path / "launch.sh").read_text() + "# my change\n"
+    (tmp_path / "launch.sh").write_text(edited)  # the marker line is still there: the hash tells the edit
+    with pytest.raises(UserError, match="launch.sh exists and was edited since gpuadvisor wrote it.*--force"):
+        emit(lc, job, tmp_path)
+    assert (tmp_path / "launch.sh").read_text() == edited
+    emit(lc, job, tmp_path, force=True)
+    assert "# my change" not in (tmp_path / "launch.sh").read_text()
+    emit(lc, job, tmp_path)  # unedited again: no --force needed
+
+
+def test_emit_to_unwritable_path_is_one_line(tmp_path, one_node):
+    wl = make_workload("gpt2", global_batch=8)
+    plan = Plan(dp=4, micro_batch_size=2, devices_per_node=4)
+    lc = build_launch(plan, one_node, wl)
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match="cannot create the --emit folder"):
+        emit(lc, make_job(plan, wl), tmp_path / "f" / "sub")
 
 
 def test_emit_rejects_mismatched_job_and_file_target(tmp_path, one_node):

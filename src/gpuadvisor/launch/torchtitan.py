@@ -1,0 +1,89 @@
+"""torchtitan job config (TOML) for a plan: FSDP/HSDP/DDP, TP, PP and schedule, activation checkpointing, compile.
+
+Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py, pytorch/torchtitan commit
+000204a4; sections job, model, training, parallelism, activation_checkpoint, metrics). Mapping:
+- ZeRO-3 -> data_parallel_shard_degree = dp (FSDP2, reshard after forward); ZeRO-1/2 -> FSDP with
+  fsdp_reshard_after_forward = "never" (parameters stay gathered between forward and backward, as ZeRO-2 keeps
+  them whole); hpZ h -> HSDP: shard h inside a node, replicate dp/h; no ZeRO -> data_parallel_replicate_degree
+  = dp (DDP); offload -> training.enable_cpu_offload.
+- batch: local_batch_size = mb x m for pipeline plans (pipeline_parallel_microbatch_size = mb gives m
+  micro-batches), else mb with global_batch_size = dp x mb x m (torchtitan accumulates m steps).
+- precision: mixed_precision_param bfloat16 or float32 (torchtitan has no fp16 mode).
+Extension point: selective recompute, ZeRO combined with TP/PP, context parallel are not Plan fields yet;
+add them to `titan_config` when the Plan gains them.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..schemas.plan import Plan
+from ..schemas.workload import Workload
+
+FILE = "torchtitan.toml"
+SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+
+
+def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = False) -> dict[str, dict[str, Any]]:
+    """The job config as nested sections (what the TOML holds)."""
+    t = workload.training
+    par: dict[str, Any] = {"tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp}
+    if plan.zero_stage == 0:
+        par.update(data_parallel_replicate_degree=plan.dp, data_parallel_shard_degree=1)
+    elif plan.zero_hpz_partition_size > 1:
+        h = plan.zero_hpz_partition_size
+        par.update(data_parallel_replicate_degree=plan.dp // h, data_parallel_shard_degree=h)
+    else:
+        par.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=plan.dp,
+                   fsdp_reshard_after_forward="always" if plan.zero_stage == 3 else "never")
+    if plan.tp > 1:
+        par["disable_loss_parallel"] = False
+    training: dict[str, Any] = {"seq_len": t.seq_len, "steps": steps, "global_batch_size": plan.global_batch(),
+                                "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16",
+                                "mixed_precision_reduce": "float32", "compile": compile,
+                                "enable_cpu_offload": plan.zero_offload}
+    if plan.pp > 1:
+        par.update(pipeline_parallel_schedule=SCHEDULES[plan.pp_schedule],
+                   pipeline_parallel_microbatch_size=plan.micro_batch_size)
+        chunks = plan.pp * plan.pp_virtual_stages
+        if workload.model.n_layers and workload.model.n_layers % chunks == 0:
+            par["pipeline_parallel_layers_per_stage"] = workload.model.n_layers // chunks
+        training["local_batch_size"] = plan.micro_batch_size * plan.num_micro_batches
+    else:
+        training["local_batch_size"] = plan.micro_batch_size
+    return {
+        "job": {"description": f"gpuadvisor plan {plan.to_string()}", "dump_folder": "./outputs"},
+        "model": {"name": "llama3", "flavor": "debugmodel"},
+        "metrics": {"log_freq": 10},
+        "training": training,
+        "parallelism": par,
+        "activation_checkpoint": {"mode": "full" if plan.recompute else "none"},
+    }
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))  # a TOML basic string is a JSON string for the characters we write
+
+
+def toml_text(sections: dict[str, dict[str, Any]], header: list[str]) -> str:
+    """Sections of scalars as TOML (all a job config needs)."""
+    out = [f"# {h}" for h in header]
+    for name, body in sections.items():
+        out += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
+    return "\n".join(out) + "\n"
+
+
+def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) -> str:
+    """The TOML file; model name/flavor are placeholders for the user's torchtitan model."""
+    notes = [marker, f"torchtitan job config for plan {plan.to_string()} ({workload.model.name})",
+             "set [model] name/flavor (and tokenizer) to your torchtitan model; run with",
+             f"  NGPU={plan.devices_per_node} CONFIG_FILE=./{FILE} ./run_train.sh   (torchtitan's launcher)"]
+    if workload.training.precision == "fp16":
+        notes.append("fp16 asked for: torchtitan trains in bfloat16 or float32 only, bfloat16 written")
+    if plan.zero_stage in (1, 2):
+        notes.append(f"ZeRO-{plan.zero_stage} has no exact torchtitan twin: FSDP without resharding after forward")
+    return toml_text(titan_config(plan, workload, steps=steps), notes)

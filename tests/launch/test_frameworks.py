@@ -1,0 +1,143 @@
+"""Each emitted framework file read back by that framework's own parser (or its documented schema)."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gpuadvisor.hardware.catalog import network_from_key
+from gpuadvisor.launch import build_launch, emit, make_job
+from gpuadvisor.launch.megatron import parse_megatron_text
+from gpuadvisor.schemas import Cluster, Plan, parse_plan
+from gpuadvisor.workload.specs import make_workload
+
+from .framework_schemas import TORCHTITAN_JOB_CONFIG, TORCHTITAN_SCHEDULES, megatron_parser
+from .launch_fixtures import node
+
+PLANS = {
+    "dp8": "dp=8,mb=2,m=1",
+    "dp4-accum": "dp=4,tp=2,mb=1,m=4",
+    "tp2-sp": "dp=4,tp=2,mb=2,m=1,sequence_parallel=true,recompute=true",
+    "pp2-1f1b": "dp=4,pp=2,mb=1,m=4",
+    "pp2-gpipe": "dp=2,pp=4,mb=2,m=4,schedule=gpipe",
+    "pp2-interleaved": "dp=4,pp=2,mb=1,m=4,schedule=interleaved,pp_virtual_stages=2",
+    "zero1": "dp=8,zero=1,mb=1,m=2",
+    "zero2": "dp=8,zero=2,mb=2,m=1",
+    "zero3-offload": "dp=8,zero=3,offload=true,mb=1,m=2",
+    "zero3-hpz": "dp=8,zero=3,zero_hpz_partition_size=4,mb=1,m=2",
+}
+
+
+def _emitted(tmp_path: Path, spec: str, precision: str = "bf16") -> tuple[Path, Plan]:
+    plan = parse_plan(spec, nodes=2, devices_per_node=4)
+    cl = Cluster(name="two", source="test", nodes=[node("n0", 4), node("n1", 4)], network=network_from_key("ib-hdr"))
+    wl = make_workload("gpt2", global_batch=plan.global_batch(), precision=precision, seq_len=256)
+    lc = build_launch(plan, cl, wl)
+    emit(lc, make_job(plan, wl, steps=7), tmp_path)
+    return tmp_path, plan
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_torchtitan_toml_against_job_config(tmp_path, name):
+    out, plan = _emitted(tmp_path, PLANS[name])
+    cfg = tomllib.loads((out / "torchtitan.toml").read_text())
+    for section, body in cfg.items():
+        assert section in TORCHTITAN_JOB_CONFIG, section
+        for key, value in body.items():
+            want = TORCHTITAN_JOB_CONFIG[section].get(key)
+            assert want is not None, f"[{section}] {key} is not a torchtitan JobConfig field"
+            if isinstance(want, tuple):
+                assert value in want, (section, key, value)
+            else:
+                assert isinstance(value, want) or (want is float and isinstance(value, int)), (section, key)
+    par, tr = cfg["parallelism"], cfg["training"]
+    degrees = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+               * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"])
+    assert degrees == plan.world_size  # torchtitan's ParallelDims check
+    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    assert tr["global_batch_size"] % (tr["local_batch_size"] * dp) == 0 and tr["global_batch_size"] == plan.global_batch()
+    if plan.pp > 1:
+        from torch.distributed.pipelining.schedules import get_schedule_class
+
+        assert par["pipeline_parallel_schedule"] in TORCHTITAN_SCHEDULES
+        get_schedule_class(par["pipeline_parallel_schedule"])  # the name torch's pipelining knows
+        assert tr["local_batch_size"] // par["pipeline_parallel_microbatch_size"] == plan.num_micro_batches
+    assert cfg["activation_checkpoint"]["mode"] == ("full" if plan.recompute else "none")
+    assert tr["enable_cpu_offload"] == plan.zero_offload
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_megatron_args_parse(tmp_path, name):
+    out, plan = _emitted(tmp_path, PLANS[name], precision="fp16")
+    args = megatron_parser().parse_args(parse_megatron_text((out / "megatron_args.txt").read_text()))
+    assert args.tensor_model_parallel_size == plan.tp and args.pipeline_model_parallel_size == plan.pp
+    world = plan.world_size
+    dp = world // (plan.tp * plan.pp)  # Megatron's validate_args
+    assert args.global_batch_size % (args.micro_batch_size * dp) == 0
+    assert args.global_batch_size // (args.micro_batch_size * dp) == plan.num_micro_batches
+    assert args.fp16 and not args.bf16
+    assert args.sequence_parallel == plan.sequence_parallel
+    assert args.use_distributed_optimizer == (plan.zero_stage in (1, 2))
+    if plan.pp_virtual_stages > 1:
+        assert args.num_layers % (args.num_layers_per_virtual_pipeline_stage * plan.pp) == 0
+
+
+def test_megatron_flags_unknown_to_megatron_are_refused():
+    with pytest.raises(SystemExit):
+        megatron_parser().parse_args(["--tensor-model-parallel", "2"])  # no abbreviations in Megatron
+
+
+@pytest.mark.parametrize("name", [n for n, s in PLANS.items() if "pp=" not in s])
+def test_accelerate_yaml_with_accelerate(tmp_path, name):
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+    from accelerate.commands.launch import launch_command_parser
+
+    out, plan = _emitted(tmp_path, PLANS[name])
+    cfg = ClusterConfig.from_yaml_file(str(out / "accelerate.yaml"))  # refuses unknown top-level keys
+    assert cfg.num_processes == plan.world_size and cfg.num_machines == plan.nodes
+    line = shlex.split((out / "accelerate.yaml").read_text().splitlines()[1].split(":", 1)[1])
+    assert line[:2] == ["accelerate", "launch"]
+    parser = launch_command_parser()
+    args = parser.parse_args([a.replace("<i>", "1").replace("accelerate.yaml", str(out / "accelerate.yaml"))
+                              for a in line[2:]])
+    assert args.machine_rank == 1
+    known = {a.dest for a in parser._actions}
+    for section, prefix in (("deepspeed_config", ""), ("fsdp_config", ""), ("parallelism_config", "")):
+        for key in (getattr(cfg, section) or {}):
+            assert prefix + key in known, f"{section}.{key} is not an accelerate launch argument"
+    if plan.zero_stage:
+        assert cfg.distributed_type == "DEEPSPEED"
+        ds = json.loads((out / cfg.deepspeed_config["deepspeed_config_file"]).read_text())
+        assert ds["zero_optimization"]["stage"] == plan.zero_stage
+    elif plan.tp > 1:
+        assert cfg.distributed_type == "FSDP" and cfg.parallelism_config["parallelism_config_tp_size"] == plan.tp
+
+
+def test_no_accelerate_yaml_for_pipeline_plans(tmp_path):
+    out, _ = _emitted(tmp_path, PLANS["pp2-1f1b"])
+    assert not (out / "accelerate.yaml").exists()
+    assert "Accelerate has no training pipeline parallelism" in (out / "README.txt").read_text()
+
+
+@pytest.mark.parametrize("name", ["dp8", "zero3-offload", "pp2-interleaved"])
+def test_slurm_script_and_torchrun_args(tmp_path, name):
+    from torch.distributed.run import get_args_parser
+
+    out, plan = _emitted(tmp_path, PLANS[name])
+    script = (out / "slurm.sbatch").read_text()
+    subprocess.run(["bash", "-n", str(out / "slurm.sbatch")], check=True)
+    assert f"#SBATCH --nodes={plan.nodes}" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert f"#SBATCH --gpus-per-node={plan.devices_per_node}" in script
+    srun = next(l for l in script.splitlines() if l.startswith("srun") and "torchrun" in l)
+    argv = shlex.split(srun.replace("$head_node", "10.0.0.1").replace("$SLURM_JOB_ID", "42"))
+    targs = get_args_parser().parse_args(argv[argv.index("torchrun") + 1:])  # torchrun's own parser
+    assert targs.nnodes == str(plan.nodes) and targs.nproc_per_node == str(plan.devices_per_node)
+    assert targs.rdzv_backend == "c10d" and targs.rdzv_id == "42" and targs.module
+    for line in (out / "launch.sh").read_text().splitlines():
+        if line.strip().startswith("exec torchrun"):
+            get_args_parser().parse_args(shlex.split(line)[2:])
