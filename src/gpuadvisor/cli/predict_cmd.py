@@ -16,7 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="estimate one plan: step time, tokens/s, memory, traffic, rules")
     p.add_argument("--model", required=True, type=text("--model"),
                    help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json")
-    p.add_argument("--plan", required=True, help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--plan", help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
+    what.add_argument("--from", dest="from_file", metavar="FILE", type=text("--from"),
+                      help="check your config: a ds_config.json, torchtitan .toml, Accelerate .yaml or a text file "
+                           "with Megatron-LM arguments; predicts it and compares with the advisor's best plan")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="cluster preset name (gpuadvisor presets)")
     src.add_argument("--cluster", help="cluster file (YAML)")
@@ -46,21 +50,37 @@ def _cluster(args: argparse.Namespace):
     return cl
 
 
-def run(args: argparse.Namespace) -> int:
-    """Parse, estimate, print."""
-    from ..costmodel.combine import estimate
+def plan_for_cluster(spec: str, cluster):
+    """Parse a plan string; without nodes=/gpn= it fills as few nodes of the cluster as the world size needs."""
     from ..schemas import parse_plan
-    from ..workload.specs import make_workload
 
-    cl = _cluster(args)
-    plan = parse_plan(args.plan)
-    if "nodes" not in args.plan and "gpn" not in args.plan and "devices_per_node" not in args.plan:
-        per = min(cl.devices_per_node)
+    if not spec.strip():
+        raise UserError("--plan is empty; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
+    plan = parse_plan(spec)
+    if "nodes" not in spec and "gpn" not in spec and "devices_per_node" not in spec:
+        per = min(cluster.devices_per_node)
         w = plan.world_size
         nodes = 1 if w <= per else -(-w // per)
         if nodes > 1 and w % nodes:
             raise UserError(f"plan world size {w} does not split over {nodes} nodes of {per}; give nodes= and gpn=")
-        plan = parse_plan(args.plan, nodes=nodes, devices_per_node=w // nodes)
+        plan = parse_plan(spec, nodes=nodes, devices_per_node=w // nodes)
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse, estimate, print."""
+    from ..costmodel.combine import estimate
+    from ..workload.specs import make_workload
+
+    cl = _cluster(args)
+    if args.from_file:
+        from .check_config import run_check
+
+        return run_check(args, cl)
+    if not args.plan:
+        raise UserError("predict needs --plan SPEC (e.g. 'dp=2,mb=4') or --from FILE (your ds_config.json, "
+                        "torchtitan TOML, Accelerate YAML or Megatron argument file)")
+    plan = plan_for_cluster(args.plan, cl)
     settings = {"global_batch": args.global_batch or plan.global_batch()}
     if args.seq_len:
         settings["seq_len"] = args.seq_len

@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 from .. import exitcodes
 from ..errors import UserError
@@ -48,7 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "repeat the flag to compare several scenarios side by side")
     p.add_argument("--learned", action="store_true", help="apply the learned correction from measurements")
     p.add_argument("--emit", metavar="DIR", type=text("--emit"),
-                   help="write launch.sh, job.json, ds_config.json, env.sh to DIR")
+                   help="write launch.sh, job.json, ds_config.json, env.sh, slurm.sbatch, "
+                        "torchtitan/Accelerate/Megatron configs to DIR")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--rank", type=whole(1, 10_000), metavar="N",
+                       help="with --emit: emit the N-th ranked plan (default 1)")
+    which.add_argument("--plan", metavar="SPEC", help="with --emit: emit this plan ('dp=2,pp=2,mb=4,m=8', as "
+                                                     "`predict --plan`)")
+    p.add_argument("--force", action="store_true", help="with --emit: overwrite files you edited since the last emit")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     g = p.add_argument_group("confirm with real trial runs")
     g.add_argument("--confirm", type=whole(1, 100), metavar="K",
@@ -78,14 +86,17 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{' and '.join(given)} only {'applies' if len(given) == 1 else 'apply'} with "
                             "--confirm K; add --confirm K or drop it")
     budget_s = parse_duration(args.budget or "15m") if args.confirm else None
+    if (args.rank is not None or args.plan is not None or args.force) and not args.emit:
+        raise UserError("--rank, --plan and --force choose what --emit writes; add --emit DIR")
     if args.emit:
         check_writable(args.emit, "--emit", folder=True)
+    top = max(args.top, args.rank or 1)
     base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
-                       objective=args.objective, top=args.top, price_per_gpu_hour=args.price_per_gpu_hour,
+                       objective=args.objective, top=top, price_per_gpu_hour=args.price_per_gpu_hour,
                        use_learned=args.learned, **common)
     # each --what-if is its own scenario, compared with the unmodified cluster (commas combine changes in one)
     scenarios = [api.suggest(base.workload, cluster=base.cluster, what_if=[spec], objective=args.objective,
-                             top=args.top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
+                             top=top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
                  for spec in args.what_if]
     result = scenarios[0] if len(scenarios) == 1 else base
     confirmed = None
@@ -93,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         confirmed = api.confirm(base.workload, cluster=result.cluster, top_k=args.confirm,
                                 budget_s=budget_s, steps=args.steps, warmup=args.warmup,
                                 storage=args.storage, study_name=args.study_name)
+    emitted = None
     if args.emit:
-        _emit(result, Path(args.emit), confirmed)
+        emitted = _emit(result, Path(args.emit), confirmed, rank=args.rank, plan=args.plan, force=args.force)
     if args.json:
         payload = result.model_dump(mode="json")
         if len(scenarios) == 1:
@@ -108,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=2)
         print()
         return _exit_code(result, confirmed)
-    _print_text(args, base, scenarios, result, confirmed)
+    _print_text(args, base, scenarios, result, confirmed, emitted)
     return _exit_code(result, confirmed)
 
 
@@ -121,7 +133,7 @@ def _exit_code(result, confirmed) -> int:
     return exitcodes.OK
 
 
-def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirmed) -> None:
+def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirmed, emitted=None) -> None:
     """The human-readable output: notes, rankings (baseline and what-ifs), launch, confirm results."""
     from .console import Text, emit, make_console
     from .render import ranking_view, whatif_view
@@ -149,31 +161,50 @@ def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirm
 
         emit(Text(""), console)
         emit(confirm_view(confirmed), console)
-    if args.emit:
+    if emitted is not None:
         out = Path(args.emit)
-        emit(Text(f"\nwrote launch files to {out} (start with: bash {out / 'launch.sh'})"), console)
+        emit(Text(f"\nwrote launch files for {emitted.to_string()} to {out} (start with: bash {out / 'launch.sh'}, "
+                  f"or sbatch {out / 'slurm.sbatch'})"), console)
 
 
-def export_launch(result, confirmed):
-    """The launch config `--emit` writes: the confirmed winner's (with its measured throughput) if trials ran and
-    found one, else the top plan's; None when nothing fits."""
+def export_launch(result, confirmed=None, *, rank: Optional[int] = None, plan: Optional[str] = None):
+    """The launch config `--emit` writes: `plan` (a plan string), the `rank`-th ranked plan, else the confirmed
+    winner's (with its measured throughput) if trials ran and found one, else the top plan's."""
+    from .. import api
     from ..launch import build_launch
+    from .predict_cmd import plan_for_cluster
 
+    if plan is not None:
+        p = plan_for_cluster(plan, result.cluster)
+        est = api.predict(result.workload, p, cluster=result.cluster)
+        if not est.feasible:
+            raise UserError(f"plan {p.to_string()} does not fit: {est.infeasible_reason}; pick another --plan")
+        return build_launch(p, result.cluster, result.workload, est)
+    if rank is not None:
+        n = len(result.ranking.top)
+        if rank > n:
+            raise UserError(f"--rank {rank}: only {n} plan(s) fit; pick 1..{n}")
+        est = result.ranking.top[rank - 1]
+        return build_launch(est.plan, result.cluster, result.workload, est)
     if confirmed is not None and getattr(confirmed, "winner", None) is not None:
         return build_launch(confirmed.winner, result.cluster, result.workload, confirmed.winner_estimate,
                             measured_tokens_per_s=confirmed.winner_measured_tokens_per_s)
     return result.launch
 
 
-def _emit(result, out_dir: Path, confirmed) -> None:
-    """Write the launch script and config files of `export_launch(result, confirmed)`.
+def _emit(result, out_dir: Path, confirmed, *, rank: Optional[int] = None, plan: Optional[str] = None,
+          force: bool = False):
+    """Write the launch script and config files of `export_launch(...)`; returns the plan written.
 
     job.json and README.txt state the step count launch.sh runs (`--steps` is the trials' length, not the
-    exported run's).
+    exported run's); job.json carries the prediction the run prints its measurement beside.
     """
     from ..launch import emit, launch_steps, make_job
 
-    launch = export_launch(result, confirmed)
+    launch = export_launch(result, confirmed, rank=rank, plan=plan)
     if launch is None:
         raise UserError("nothing fits on this cluster, so there is no launch config to emit; see the ranking output")
-    emit(launch, make_job(launch.plan, result.workload, steps=launch_steps(launch)), out_dir)
+    device = next(n for n in result.cluster.nodes if n.name == launch.nodes[0].node).devices[0]
+    job = make_job(launch.plan, result.workload, steps=launch_steps(launch), estimate=launch.estimate, device=device)
+    emit(launch, job, out_dir, force=force)
+    return launch.plan

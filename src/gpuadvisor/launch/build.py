@@ -8,8 +8,8 @@ from typing import Optional
 
 from ..errors import UserError
 from ..schemas.estimate import Estimate
-from ..schemas.hardware import Cluster, Node
-from ..schemas.job import TrainerJob
+from ..schemas.hardware import Cluster, Device, Node
+from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, check_plan_for
 from ..schemas.workload import Workload
@@ -60,17 +60,51 @@ def plan_workload(plan: Plan, workload: Workload) -> Workload:
     return workload.model_copy(update={"training": training})
 
 
+def model_flops_per_token(workload: Workload) -> Optional[float]:
+    """Training FLOPs per token without recompute (6N + 12·L·h·s, PaLM appendix B), per sample for generic models."""
+    m = workload.model
+    if m.kind != "transformer":
+        return m.flops_per_sample
+    from ..costmodel.analytical.compute import flops_per_token
+
+    return flops_per_token(m, workload.training.seq_len)
+
+
+def peak_flops(device: Device, precision: str) -> float:
+    """Dense peak FLOP/s of a device at the training precision (bf16/fp16 tensor cores, else fp32)."""
+    tflops = device.peak_tflops_fp32 if precision == "fp32" else device.peak_tflops_bf16
+    return tflops * 1e12
+
+
+def predicted_figures(estimate: Estimate, workload: Workload, peak_per_device: Optional[float]) -> Predicted:
+    """The prediction a run prints beside its measurement (MFU when the device peak is known)."""
+    fpt = model_flops_per_token(workload)
+    mfu = None
+    if fpt and peak_per_device:
+        mfu = estimate.tokens_per_s * fpt / (peak_per_device * estimate.plan.world_size)
+    return Predicted(tokens_per_s=estimate.tokens_per_s, step_time_s=estimate.step_time_s,
+                     peak_memory_bytes=int(estimate.memory.total), network_bytes_per_step=estimate.network_bytes_per_step,
+                     mfu=mfu)
+
+
 def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, warmup: int = DEFAULT_WARMUP,
-             lr: float = 1e-4) -> TrainerJob:
-    """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps."""
+             lr: float = 1e-4, estimate: Optional[Estimate] = None, device: Optional[Device] = None) -> TrainerJob:
+    """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps.
+
+    With `estimate` (and the `device` kind the plan runs on, for MFU) the job carries the prediction, which the
+    trainer prints beside the measured figures at the end of the run.
+    """
     model = trainer_model_for(workload)
     if model is None:
         raise UserError(f"the bundled trainers build GPT-style models and resnet18, not '{workload.model.name}'; "
                         "use the launch commands and env with your own training script")
     wl = plan_workload(plan, workload)
     lr = lr * plan.global_batch() / workload.training.global_batch
+    peak = peak_flops(device, wl.training.precision) if device is not None else None
     return TrainerJob(plan=plan, workload=wl, trainer_model=model, steps=steps or default_steps(wl, plan),
-                      warmup=warmup, lr=lr)
+                      warmup=warmup, lr=lr, model_flops_per_token=model_flops_per_token(wl) or None,
+                      peak_flops_per_device=peak or None,
+                      predicted=predicted_figures(estimate, wl, peak) if estimate is not None else None)
 
 
 def rdzv_host_args(node: Node, node_rank: int) -> list[str]:

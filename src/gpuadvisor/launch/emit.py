@@ -198,6 +198,11 @@ def emit(launch: LaunchConfig, job: TrainerJob, out_dir: Path, *, force: bool = 
                                 "directory, or pass --force to overwrite")
     written = []
     try:
+        for name in sorted(set(manifest) - set(files)):  # an earlier plan's file (ds_config.json...): drop if unedited
+            if (out_dir / name).exists() and not _conflict(out_dir / name, manifest):
+                (out_dir / name).unlink()
+            if not (out_dir / name).exists():
+                del manifest[name]
         for name, (text, mode) in files.items():
             write_atomic(out_dir / name, text, mode)
             manifest[name] = _sha256(text.encode("utf-8"))

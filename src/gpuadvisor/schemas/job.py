@@ -10,6 +10,16 @@ from .plan import Plan
 from .workload import Workload
 
 
+class Predicted(Frozen):
+    """What the advisor predicted for this job, printed beside the measured figures at the end of a run."""
+
+    tokens_per_s: float = Field(description="Whole-job tokens (samples for generic models) per second")
+    step_time_s: float
+    peak_memory_bytes: int = Field(description="Peak memory of the most loaded device")
+    network_bytes_per_step: float = Field(0.0, description="Bytes through the busiest node NIC per step")
+    mfu: Optional[float] = Field(None, description="Model FLOPs utilisation (PaLM appendix B), 0..1")
+
+
 class TrainerJob(Frozen):
     """Plan + workload + run length: everything a bundled trainer needs."""
 
@@ -25,3 +35,7 @@ class TrainerJob(Frozen):
     lr: float = 1e-4
     deepspeed_config: Optional[dict[str, Any]] = Field(
         None, description="DeepSpeed JSON to start from (--ds-config); None = built from the plan")
+    log_every: int = Field(10, ge=0, description="Print a progress line every N steps on rank 0 (0 = never)")
+    predicted: Optional[Predicted] = Field(None, description="The advisor's prediction, for the final summary")
+    model_flops_per_token: Optional[float] = Field(None, gt=0, description="Training FLOPs per token, no recompute")
+    peak_flops_per_device: Optional[float] = Field(None, gt=0, description="Dense peak FLOP/s of one device")

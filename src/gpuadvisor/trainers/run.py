@@ -87,13 +87,18 @@ def train(job: TrainerJob, out: Path) -> Optional[RunMetrics]:
         loss = strategy.step(step)
         if loss is not None:
             losses.append(loss)
+    from .report import progress_line, summary_lines
+
+    tokens_per_step = strategy.global_batch * strategy.seq_len
     rec.start_window()
-    for step in range(job.warmup, job.warmup + job.steps):
+    for i, step in enumerate(range(job.warmup, job.warmup + job.steps), start=1):
         t0 = rec.step_start()
         loss = strategy.step(step)
         rec.step_end(t0)
         if loss is not None:
             losses.append(loss)
+        if ctx.rank == 0 and job.log_every and (i % job.log_every == 0 or i == job.steps):
+            print(progress_line(i, job.steps, loss, rec.step_times[-1], tokens_per_step), flush=True)
     rec.end_window()
     mine = rec.results(job.steps, strategy.tokens_counted_per_step(), strategy.tokens_seen_per_step(), losses)
     gathered: list = [None] * ctx.world_size
@@ -109,6 +114,7 @@ def train(job: TrainerJob, out: Path) -> Optional[RunMetrics]:
         summary=summarize(ranks, job.plan), versions=_versions(), hostname=socket.gethostname(),
     )
     write_atomic(out / "metrics.json", metrics.model_dump_json(indent=2))
+    print("\n".join(summary_lines(metrics, job)), flush=True)
     return metrics
 
 
