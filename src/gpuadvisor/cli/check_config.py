@@ -1,0 +1,89 @@
+"""`gpuadvisor predict --from FILE`: predict a user's own config and say what to change first."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UserError
+
+_SKIP = {"nodes", "devices_per_node", "mesh_order"}
+
+
+def plan_diff(mine, other) -> dict[str, tuple]:
+    """Plan fields that differ (what the user would edit), as name -> (mine, other)."""
+    a, b = mine.model_dump(), other.model_dump()
+    return {k: (a[k], b[k]) for k in a if k not in _SKIP and a[k] != b[k]}
+
+
+def first_change(mine, est, ranked) -> Optional[tuple[object, dict]]:
+    """The ranked plan that beats `mine` by >= 5% with the fewest edits (ties: the fastest)."""
+    floor = est.tokens_per_s * 1.05 if est.feasible else 0.0
+    best = None
+    for cand in ranked:
+        if cand.tokens_per_s <= floor:
+            continue
+        d = plan_diff(mine, cand.plan)
+        if d and (best is None or (len(d), -cand.tokens_per_s) < (len(best[1]), -best[0].tokens_per_s)):
+            best = (cand, d)
+    return best
+
+
+def _edit(d: dict) -> str:
+    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d.items())
+
+
+def run_check(args: argparse.Namespace, cluster) -> int:
+    """Read the file, predict it (api.predict), rank the alternatives (api.suggest) and compare."""
+    from .. import api
+    from ..launch.readback import read_config
+    from .predict_cmd import plan_for_cluster, render_estimate
+
+    path = Path(args.from_file)
+    default_gb = args.global_batch or api.make_workload(args.model).training.global_batch
+    rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
+    if "dp" not in rb.plan:  # a DeepSpeed file without train_batch_size: every device of the cluster
+        rb.plan = {"dp": cluster.num_devices, **rb.plan}
+        rb.notes.append(f"no train_batch_size: dp = the cluster's {cluster.num_devices} devices")
+    spec = rb.spec()
+    try:
+        plan = plan_for_cluster(spec, cluster)
+    except ValueError as exc:
+        raise UserError(f"{path.name} reads as plan '{spec}', which is not valid: {exc}") from None
+    wl = api.make_workload(args.model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
+                           precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget)
+    est = api.predict(wl, plan, cluster=cluster)
+    ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
+    change = first_change(plan, est, ranked)
+    if args.json:
+        print(json.dumps({"format": rb.fmt, "plan": spec, "notes": rb.notes, "ignored": rb.ignored,
+                          "estimate": est.model_dump(mode="json"),
+                          "best": ranked[0].model_dump(mode="json") if ranked else None,
+                          "first_change": _edit(change[1]) if change else None}, indent=2))
+        return 0 if est.feasible else 3
+    print(f"{path.name}: {rb.fmt} -> plan {spec}")
+    for n in rb.notes:
+        print(f"  note: {n}")
+    if rb.ignored:
+        print(f"  not modelled (ignored): {', '.join(rb.ignored)}")
+    print(render_estimate(est, cluster.name, wl.model.name))
+    if not ranked:
+        print("advisor: no plan fits this model on this cluster")
+        return 3
+    top = ranked[0]
+    if est.feasible:
+        ratio = top.tokens_per_s / est.tokens_per_s if est.tokens_per_s else float("inf")
+        print(f"advisor's best: {top.plan.to_string()} [{top.plan.strategy}] {top.tokens_per_s:,.0f} tokens/s "
+              f"(x{ratio:.2f} yours)")
+    else:
+        print(f"advisor's best: {top.plan.to_string()} [{top.plan.strategy}] {top.tokens_per_s:,.0f} tokens/s "
+              "(yours does not fit)")
+    if change is None:
+        print("change first: nothing; your config is within 5% of the best plan the advisor found")
+    else:
+        cand, d = change
+        gain = (f"+{(cand.tokens_per_s / est.tokens_per_s - 1) * 100:.0f}% tokens/s" if est.feasible
+                else "makes it fit")
+        print(f"change first: {_edit(d)} ({gain}: {cand.tokens_per_s:,.0f} tokens/s)")
+    return 0 if est.feasible else 3

@@ -1,0 +1,394 @@
+"""Read a user's existing training config back into a plan string: "check my config" (`predict --from FILE`).
+
+Formats: DeepSpeed JSON (ds_config.json), torchtitan job TOML, HuggingFace Accelerate YAML, Megatron-LM argument
+line (a text file). Keys gpuadvisor models become plan fields; keys the frameworks know but the cost model does
+not (optimizer, scheduler, logging...) are listed as ignored; anything else is a one-line error naming the key.
+Torch-free. The world size comes from the file when it says it (Accelerate num_processes, DeepSpeed batch
+arithmetic), else from the cluster (all its devices).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import UserError
+
+
+@dataclass
+class ReadBack:
+    """What a config file says: plan fields, workload settings, and what was ignored or approximated."""
+
+    fmt: str
+    plan: dict[str, Any] = field(default_factory=dict)
+    world_size: Optional[int] = None
+    seq_len: Optional[int] = None
+    precision: Optional[str] = None
+    ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def spec(self) -> str:
+        """The plan string (as `predict --plan` takes it)."""
+        return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in self.plan.items())
+
+
+def _unknown(where: str, key: str, known: set[str]) -> UserError:
+    near = difflib.get_close_matches(key, sorted(known), n=1)
+    hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known)[:12])}..."
+    return UserError(f"{where}: unknown key '{key}'; {hint}")
+
+
+def _int(where: str, key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if isinstance(v, str) and v.strip().isdigit() and int(v) >= 1:
+            return int(v)
+        raise UserError(f"{where}: '{key}' must be a positive integer, got {v!r}"
+                        + ("; replace \"auto\" by the number" if v == "auto" else ""))
+    return v
+
+
+# --- DeepSpeed (runtime/constants.py, runtime/zero/config.py, DeepSpeed 0.19.8) -----------------------------
+_DS_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16", "fp16",
+                "zero_optimization"}
+_DS_IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+               "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
+               "gradient_predivide_factor", "communication_data_type", "activation_checkpointing", "flops_profiler",
+               "tensorboard", "wandb", "csv_monitor", "comms_logger", "dump_state", "amp", "data_types",
+               "checkpoint", "memory_breakdown", "sparse_gradients", "seq_parallel_communication_data_type",
+               "timers", "aio", "elasticity", "data_efficiency", "compression_training", "torch_autocast",
+               "bfloat16", "graph_harvesting", "use_data_before_expert_parallelism", "fp8"}
+_ZERO_MODELLED = {"stage", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                  "overlap_comm", "zero_hpz_partition_size", "offload_optimizer", "offload_param"}
+_ZERO_IGNORED = {"contiguous_gradients", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                 "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save", "sub_group_size",
+                 "round_robin_gradients", "reduce_scatter", "allgather_partitions", "elastic_checkpoint",
+                 "ignore_unused_parameters", "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size",
+                 "load_from_fp32_weights", "memory_efficient_linear", "cpu_offload", "use_multi_rank_bucket_allreduce",
+                 "stage3_gather_fp16_weights_on_model_save", "zeropp_loco_param", "log_trace_cache_warnings"}
+
+
+def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
+    """A DeepSpeed config dict -> ReadBack."""
+    rb = ReadBack("DeepSpeed JSON")
+    for k in data:
+        if k not in _DS_MODELLED | _DS_IGNORED:
+            raise _unknown(where, k, _DS_MODELLED | _DS_IGNORED)
+        if k in _DS_IGNORED:
+            rb.ignored.append(k)
+    z = data.get("zero_optimization", {}) or {}
+    if not isinstance(z, dict):
+        raise UserError(f"{where}: 'zero_optimization' must be a mapping")
+    for k in z:
+        if k not in _ZERO_MODELLED | _ZERO_IGNORED:
+            raise _unknown(f"{where} zero_optimization", k, _ZERO_MODELLED | _ZERO_IGNORED)
+    stage = z.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise UserError(f"{where}: zero_optimization.stage must be 0..3, got {stage!r}")
+    mb = _int(where, "train_micro_batch_size_per_gpu", data.get("train_micro_batch_size_per_gpu", 1))
+    gas = _int(where, "gradient_accumulation_steps", data.get("gradient_accumulation_steps", 1))
+    if "train_batch_size" in data:
+        tbs = _int(where, "train_batch_size", data["train_batch_size"])
+        if tbs % (mb * gas):
+            raise UserError(f"{where}: train_batch_size {tbs} is not micro {mb} x accumulation {gas} x ranks")
+        rb.world_size = tbs // (mb * gas)
+        rb.plan["dp"] = rb.world_size
+    rb.plan.update(zero=stage, mb=mb, m=gas)
+    off = [k for k in ("offload_optimizer", "offload_param")
+           if isinstance(z.get(k), dict) and z[k].get("device", "none") not in ("none", None)]
+    if off:
+        if not stage:
+            raise UserError(f"{where}: {off[0]} needs zero_optimization.stage >= 1")
+        rb.plan["offload"] = True
+        if stage == 3 and off == ["offload_param"]:
+            rb.notes.append("offload_param without offload_optimizer is modelled as ZeRO-Offload of both")
+    if "reduce_bucket_size" in z:
+        rb.plan["zero_reduce_bucket_size"] = int(float(z["reduce_bucket_size"]))
+    bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")
+    if bucket is not None:
+        rb.plan["zero_allgather_bucket_size"] = int(float(bucket))
+    if "overlap_comm" in z:
+        rb.plan["zero_overlap_comm"] = bool(z["overlap_comm"])
+    if int(z.get("zero_hpz_partition_size", 1) or 1) > 1:
+        rb.plan["zero_hpz_partition_size"] = int(z["zero_hpz_partition_size"])
+    for prec in ("bf16", "fp16"):
+        if isinstance(data.get(prec), dict) and data[prec].get("enabled"):
+            rb.precision = prec
+    rb.precision = rb.precision or "fp32"
+    return rb
+
+
+# --- torchtitan (torchtitan/config/job_config.py, commit 000204a4) ------------------------------------------
+_TT_SECTIONS = {"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training", "parallelism",
+                "checkpoint", "activation_checkpoint", "float8", "mx", "comm", "memory_estimation", "fault_tolerance",
+                "experimental", "validation", "compile"}
+_TT_MODELLED = {
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "enable_cpu_offload", "mixed_precision_param",
+                 "mixed_precision_reduce", "compile", "dataset", "dataset_path", "max_norm", "steps", "gc_freq",
+                 "gc_debug", "seed", "deterministic"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "pipeline_parallel_degree", "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+                    "pipeline_parallel_microbatch_size", "context_parallel_degree", "context_parallel_rotate_method",
+                    "expert_parallel_degree", "enable_compiled_autograd"},
+    "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"},
+}
+_TT_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
+
+
+def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> ReadBack:
+    """A torchtitan job config -> ReadBack (`world`: devices the job runs on, for data_parallel_shard_degree=-1)."""
+    rb = ReadBack("torchtitan TOML")
+    for sec, body in data.items():
+        if sec not in _TT_SECTIONS:
+            raise _unknown(where, f"[{sec}]", {f"[{s}]" for s in _TT_SECTIONS})
+        for k in (body or {}):
+            if sec in _TT_MODELLED and k not in _TT_MODELLED[sec]:
+                raise _unknown(f"{where} [{sec}]", k, _TT_MODELLED[sec])
+        if sec not in _TT_MODELLED:
+            rb.ignored.append(f"[{sec}]")
+    tr, par = data.get("training", {}), data.get("parallelism", {})
+    tp = _int(where, "tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
+    pp = _int(where, "pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
+    if par.get("context_parallel_degree", 1) != 1 or par.get("expert_parallel_degree", 1) != 1:
+        raise UserError(f"{where}: context/expert parallel degrees > 1 are not modelled by gpuadvisor; set them to 1")
+    rep = _int(where, "data_parallel_replicate_degree", par.get("data_parallel_replicate_degree", 1))
+    shard = par.get("data_parallel_shard_degree", -1)
+    if shard == -1:
+        shard = world // (rep * tp * pp)
+    shard = _int(where, "data_parallel_shard_degree", shard)
+    dp = rep * shard
+    zero = 0
+    if shard > 1:
+        zero = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+        if tp > 1 or pp > 1:
+            rb.notes.append(f"FSDP (shard {shard}) with TP/PP is not a plan dimension yet: predicted as DDP over "
+                            f"dp={dp}, which overstates memory")
+            zero = 0
+    rb.plan.update(dp=dp, tp=tp, pp=pp, zero=zero)
+    if zero and rep > 1:
+        rb.plan.update(zero=3, zero_hpz_partition_size=shard)
+    local = _int(where, "local_batch_size", tr.get("local_batch_size", 8))
+    glob = tr.get("global_batch_size", -1)
+    if pp > 1:
+        mb = _int(where, "pipeline_parallel_microbatch_size", par.get("pipeline_parallel_microbatch_size", 1))
+        if local % mb:
+            raise UserError(f"{where}: local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size")
+        rb.plan.update(mb=mb, m=local // mb)
+        sched = str(par.get("pipeline_parallel_schedule", "1F1B")).lower()
+        if sched not in _TT_SCHEDULES:
+            raise UserError(f"{where}: pipeline_parallel_schedule '{par.get('pipeline_parallel_schedule')}' is not "
+                            "modelled; use 1F1B, GPipe or Interleaved1F1B")
+        rb.plan["schedule"] = _TT_SCHEDULES[sched]
+        if sched == "interleaved1f1b":
+            rb.plan["pp_virtual_stages"] = 2
+    else:
+        m = 1 if glob in (-1, None) else _int(where, "global_batch_size", glob) // (local * dp)
+        rb.plan.update(mb=local, m=max(1, m))
+    if tr.get("enable_cpu_offload"):
+        if zero:
+            rb.plan["offload"] = True
+        else:
+            rb.notes.append("enable_cpu_offload without FSDP sharding is not modelled")
+    mode = data.get("activation_checkpoint", {}).get("mode", "selective")
+    rb.plan["recompute"] = mode == "full"
+    if mode == "selective":
+        rb.notes.append("selective activation checkpointing is not a plan dimension yet: predicted without recompute")
+    if tp > 1 and not par.get("disable_loss_parallel", False):
+        rb.plan["sequence_parallel"] = True  # torchtitan's TP plan shards norms/dropout along the sequence
+    rb.seq_len = tr.get("seq_len", 2048)
+    rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
+    rb.world_size = dp * tp * pp
+    return rb
+
+
+# --- Accelerate (accelerate/commands/config/config_args.py ClusterConfig, 1.15.0) --------------------------
+_ACC_KEYS = {"compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+             "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
+             "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config",
+             "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name",
+             "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env",
+             "dynamo_config", "ipex_config", "mpirun_config"}
+
+
+def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Accelerate YAML") -> ReadBack:
+    """An Accelerate config -> ReadBack (micro-batch size is the script's: global batch / dp is assumed)."""
+    for k in data:
+        if k not in _ACC_KEYS:
+            raise _unknown(where, k, _ACC_KEYS)
+    kind = str(data.get("distributed_type", "NO")).upper()
+    world = _int(where, "num_processes", data.get("num_processes", 1))
+    ds = data.get("deepspeed_config") or {}
+    if kind == "DEEPSPEED" and ds.get("deepspeed_config_file"):
+        path = (base / ds["deepspeed_config_file"])
+        try:
+            rb = read_deepspeed(json.loads(path.read_text(encoding="utf-8")), path.name)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{where}: cannot read deepspeed_config_file '{path}': {exc}") from None
+        rb.fmt = "Accelerate YAML (DeepSpeed plugin)"
+    else:
+        rb = ReadBack("Accelerate YAML")
+        plan: dict[str, Any] = {"dp": world}
+        if kind == "DEEPSPEED":
+            plan["zero"] = int(ds.get("zero_stage", 2))
+            if ds.get("offload_optimizer_device", "none") not in ("none", None) and plan["zero"]:
+                plan["offload"] = True
+            plan["m"] = _int(where, "gradient_accumulation_steps", ds.get("gradient_accumulation_steps", 1))
+        elif kind == "FSDP":
+            fs = data.get("fsdp_config") or {}
+            pc = data.get("parallelism_config") or {}
+            tp = int(pc.get("parallelism_config_tp_size", 1))
+            strat = str(fs.get("fsdp_sharding_strategy", "")).upper()
+            if int(fs.get("fsdp_version", 1)) == 2:
+                plan["zero"] = 3 if fs.get("fsdp_reshard_after_forward", True) else 2
+            else:
+                plan["zero"] = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3,
+                                "1": 3, "2": 2, "3": 0, "4": 3}.get(strat, 3)
+            if fs.get("fsdp_offload_params") and plan["zero"]:
+                plan["offload"] = True
+            if tp > 1:
+                plan.update(dp=world // tp, tp=tp, zero=0)
+                rb.notes.append("FSDP with TP is not a plan dimension yet: predicted as DDP x TP")
+            plan["recompute"] = bool(fs.get("fsdp_activation_checkpointing", False))
+        elif kind == "MEGATRON_LM":
+            mc = data.get("megatron_lm_config") or {}
+            tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
+            plan.update(dp=world // (tp * pp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
+            if mc.get("megatron_lm_use_distributed_optimizer"):
+                rb.notes.append("Megatron distributed optimizer with TP/PP is not a plan dimension yet")
+            plan["sequence_parallel"] = bool(mc.get("megatron_lm_sequence_parallelism")) and tp > 1
+            plan["recompute"] = bool(mc.get("megatron_lm_recompute_activations"))
+        elif kind not in ("NO", "MULTI_GPU", "MULTI_CPU"):
+            raise UserError(f"{where}: distributed_type {kind} is not modelled; use NO, MULTI_GPU, DEEPSPEED, FSDP "
+                            "or MEGATRON_LM")
+        m = int(plan.get("m", 1))
+        per = plan["dp"] * m
+        if global_batch % per:
+            raise UserError(f"{where}: global batch {global_batch} does not split over dp {plan['dp']} x "
+                            f"accumulation {m}; pass --global-batch")
+        plan.update(mb=global_batch // per, m=m)
+        rb.plan = plan
+        rb.notes.append(f"Accelerate configs do not hold the micro-batch size: assumed --global-batch {global_batch} "
+                        f"/ dp {plan['dp']} / accumulation {m} = {global_batch // per}")
+        mp = str(data.get("mixed_precision", "no"))
+        rb.precision = {"bf16": "bf16", "fp16": "fp16"}.get(mp, "fp32")
+    rb.world_size = world
+    return rb
+
+
+# --- Megatron-LM (megatron/training/arguments.py, commit 000c4ac2) -----------------------------------------
+_MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
+               "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
+               "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
+               "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size"}
+_MEG_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
+                 "--bf16", "--fp16", "--recompute-activations"}
+
+
+def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments") -> ReadBack:
+    """A Megatron-LM argument list -> ReadBack; other flags are kept as ignored, near-misses of ours refused."""
+    rb = ReadBack("Megatron-LM arguments")
+    vals: dict[str, str] = {}
+    switches: set[str] = set()
+    ours = _MEG_VALUED | _MEG_SWITCHES
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--"):
+            i += 1
+            continue
+        flag, _, inline = a.partition("=")
+        if flag in _MEG_VALUED:
+            if not inline and i + 1 >= len(argv):
+                raise UserError(f"{where}: '{flag}' needs a value")
+            vals[flag] = inline or argv[i + 1]
+            i += 1 if inline else 2
+            continue
+        if flag in _MEG_SWITCHES:
+            switches.add(flag)
+        elif difflib.get_close_matches(flag, sorted(ours), n=1, cutoff=0.85):
+            raise _unknown(where, flag, ours)
+        else:
+            rb.ignored.append(flag)
+        i += 1
+
+    def num(flag: str, default: int) -> int:
+        return _int(where, flag, vals.get(flag, default))
+
+    tp, pp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1)
+    if num("--context-parallel-size", 1) != 1 or num("--expert-model-parallel-size", 1) != 1:
+        raise UserError(f"{where}: context/expert parallel sizes > 1 are not modelled; set them to 1")
+    if world % (tp * pp):
+        raise UserError(f"{where}: world size {world} is not divisible by tp {tp} x pp {pp}")
+    dp = world // (tp * pp)
+    mb = num("--micro-batch-size", 1)
+    glob = num("--global-batch-size", mb * dp)
+    if glob % (mb * dp):
+        raise UserError(f"{where}: --global-batch-size {glob} is not a multiple of micro {mb} x dp {dp}")
+    rb.plan.update(dp=dp, tp=tp, pp=pp, mb=mb, m=glob // (mb * dp))
+    if "--num-virtual-stages-per-pipeline-rank" in vals:
+        rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
+    elif "--num-layers-per-virtual-pipeline-stage" in vals:
+        rb.notes.append("--num-layers-per-virtual-pipeline-stage: interleaving with 2 chunks per rank assumed")
+        rb.plan.update(pp_virtual_stages=2, schedule="interleaved")
+    if "--sequence-parallel" in switches and tp > 1:
+        rb.plan["sequence_parallel"] = True
+    gran = vals.get("--recompute-granularity")
+    if gran == "full" or "--recompute-activations" in switches and gran != "selective":
+        rb.plan["recompute"] = True
+    elif gran == "selective":
+        rb.notes.append("selective recompute is not a plan dimension yet: predicted without recompute")
+    if "--use-distributed-optimizer" in switches:
+        if tp == 1 and pp == 1:
+            rb.plan["zero"] = 1
+        else:
+            rb.notes.append("the distributed optimizer with TP/PP is not a plan dimension yet: predicted without it")
+    if "--use-torch-fsdp2" in switches and tp == 1 and pp == 1:
+        rb.plan["zero"] = 3
+    if "--optimizer-cpu-offload" in switches and rb.plan.get("zero"):
+        rb.plan["offload"] = True
+    rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
+    if "--seq-length" in vals:
+        rb.seq_len = num("--seq-length", 1)
+    rb.world_size = world
+    return rb
+
+
+def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:
+    """Detect the format by extension (.json, .toml, .yaml/.yml, anything else = Megatron arguments) and read it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read --from file '{path}': {exc}") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise UserError(f"{path.name}: a DeepSpeed config is a JSON object")
+            return read_deepspeed(data, path.name)
+        if suffix == ".toml":
+            import tomllib
+
+            return read_torchtitan(tomllib.loads(text), world, path.name)
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+            if not isinstance(data, dict):
+                raise UserError(f"{path.name}: an Accelerate config is a YAML mapping")
+            return read_accelerate(data, path.parent, global_batch, path.name)
+    except UserError:
+        raise
+    except Exception as exc:  # json/toml/yaml syntax errors: one line naming the file
+        raise UserError(f"{path.name}: not valid {suffix[1:].upper()}: {' '.join(str(exc).split())}") from None
+    body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
+    try:
+        return read_megatron(shlex.split(body), world, path.name)
+    except ValueError as exc:
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"{path.name}: cannot split the argument line: {exc}") from None

@@ -1,0 +1,81 @@
+"""`predict --from FILE`: every emitted config reads back to the plan it came from; bad keys are one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuadvisor.cli import main
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.launch import build_launch, emit, make_job
+from gpuadvisor.launch.readback import read_config
+from gpuadvisor.schemas import parse_plan
+from gpuadvisor.workload.specs import make_workload
+
+PRESET = "a6000-4x-pcie"
+ROUND_TRIP = ["dp=4,mb=2,m=2", "dp=4,zero=1,mb=1,m=4", "dp=4,zero=3,offload=true,mb=2,m=2",
+              "dp=2,pp=2,mb=1,m=4", "dp=2,tp=2,mb=2,m=2,recompute=true"]
+FIELDS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches")
+
+
+def _emit(tmp_path, spec):
+    cl = load_preset(PRESET)
+    plan = parse_plan(spec, nodes=1, devices_per_node=4)
+    wl = make_workload("gpt2", global_batch=plan.global_batch(), seq_len=512)
+    emit(build_launch(plan, cl, wl), make_job(plan, wl), tmp_path)
+    return plan
+
+
+@pytest.mark.parametrize("spec", ROUND_TRIP)
+@pytest.mark.parametrize("name", ["ds_config.json", "torchtitan.toml", "accelerate.yaml", "megatron_args.txt"])
+def test_round_trip(tmp_path, spec, name):
+    plan = _emit(tmp_path, spec)
+    if not (tmp_path / name).exists():
+        pytest.skip(f"no {name} for this plan")
+    rb = read_config(tmp_path / name, world=4, global_batch=plan.global_batch())
+    got = parse_plan(rb.spec() if "dp" in rb.plan else f"dp=4,{rb.spec()}", nodes=1, devices_per_node=4)
+    if name == "megatron_args.txt" and plan.zero_stage == 3:
+        pytest.skip("ZeRO-3 is written as --use-torch-fsdp2 and read back as ZeRO-3")
+    want = {f: getattr(plan, f) for f in FIELDS}
+    have = {f: getattr(got, f) for f in FIELDS}
+    if name == "accelerate.yaml" and plan.zero_stage == 0:  # the script, not the YAML, holds mb and accumulation
+        for d in (want, have):
+            d["micro_batch_size"] *= d.pop("num_micro_batches")
+    if name == "torchtitan.toml" and plan.zero_stage in (1, 2):
+        want["zero_stage"] = 2  # torchtitan FSDP without reshard-after-forward: ZeRO-2-like
+    assert have == want
+    assert got.recompute == plan.recompute or name in ("ds_config.json",)
+
+
+@pytest.mark.parametrize("fname,text,key", [
+    ("a.json", '{"train_batch_size": 8, "zero_optimisation": {}}', "'zero_optimisation'"),
+    ("b.json", '{"zero_optimization": {"stage": 2, "reduce_bucket": 5}}', "'reduce_bucket'"),
+    ("c.json", '{"train_micro_batch_size_per_gpu": "auto"}', "replace \"auto\""),
+    ("d.toml", "[parallelism]\ntensor_parallel_degre = 2\n", "'tensor_parallel_degre'"),
+    ("e.toml", "[paralelism]\n", "'[paralelism]'"),
+    ("f.yaml", "distributed_type: MULTI_GPU\nnum_proceses: 4\n", "'num_proceses'"),
+    ("g.txt", "--tensor-model-parallel-size 2 --pipeline-model-paralel-size 2", "'--pipeline-model-paralel-size'"),
+    ("h.json", "{not json", "not valid JSON"),
+])
+def test_bad_keys_one_line(tmp_path, capsys, fname, text, key):
+    (tmp_path / fname).write_text(text)
+    rc = main(["predict", "--model", "gpt2", "--preset", PRESET, "--from", str(tmp_path / fname)])
+    err = capsys.readouterr().err
+    assert rc == 2 and key in err and err.count("\n") == 1, err
+
+
+def test_check_my_config_compares_with_best(tmp_path, capsys):
+    _emit(tmp_path, "dp=4,zero=3,offload=true,mb=2,m=2")
+    assert main(["predict", "--model", "gpt2", "--preset", PRESET, "--from", str(tmp_path / "ds_config.json")]) == 0
+    out = capsys.readouterr().out
+    assert "DeepSpeed JSON -> plan dp=4,zero=3" in out and "advisor's best:" in out and "change first:" in out
+    assert main(["predict", "--model", "gpt2", "--preset", PRESET, "--from", str(tmp_path / "torchtitan.toml"),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["estimate"]["plan"]["zero_stage"] == 3 and data["best"]["tokens_per_s"] >= \
+        data["estimate"]["tokens_per_s"]
+
+
+def test_predict_needs_plan_or_from(capsys):
+    assert main(["predict", "--model", "gpt2", "--preset", PRESET]) == 2
+    assert "--from FILE" in capsys.readouterr().err
