@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import on
 from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from ...cli.render import human_rate, plan_label
 from ..widgets import Field
@@ -18,7 +18,8 @@ DEFAULT_DIR = "gpuadvisor-launch"
 
 
 class ExportScreen(StepScreen):
-    """Choose a folder, write the files exactly as `gpuadvisor suggest --emit DIR` does."""
+    """Choose a folder and a plan, write the files exactly as `gpuadvisor suggest --emit DIR [--rank N | --plan
+    SPEC] [--force]` does."""
 
     STEP = "export"
     AUTO_FOCUS = "#out-dir"
@@ -29,6 +30,11 @@ class ExportScreen(StepScreen):
             yield Label("Folder", classes="rowlabel")
             yield Field(DEFAULT_DIR, id="out-dir", compact=True)
             yield Button("Write files", id="write", variant="success", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("Plan", classes="rowlabel")
+            yield Input(placeholder="empty = top plan; 2 = the 2nd ranked; or dp=2,pp=2,mb=4,m=8", id="which",
+                        compact=True)
+            yield Checkbox("Overwrite my edits", id="force", compact=True)
         yield Static(id="export-plan")
         with VerticalScroll(id="launch-view", classes="panel"):
             yield Static(id="launch")
@@ -68,10 +74,14 @@ class ExportScreen(StepScreen):
             self.notify("Rank the plans first (Results).", severity="warning")
             return
         out = Path(text).expanduser()
+        which = self.query_one("#which", Input).value.strip()
+        rank = int(which) if which.isdigit() else None
+        plan = which if which and rank is None else None
         try:
             from ...cli.suggest_cmd import _emit  # the same writer as `gpuadvisor suggest --emit`
 
-            _emit(w.suggestion, out, w.confirmed)
+            _emit(w.suggestion, out, w.confirmed, rank=rank, plan=plan,
+                  force=self.query_one("#force", Checkbox).value)
         except Exception as exc:
             w.show_error(exc, "Writing the launch files")
             return
