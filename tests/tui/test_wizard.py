@@ -243,3 +243,24 @@ async def test_confirm_shows_progress_and_cancels(monkeypatch):
         assert fake.cancelled.is_set()
         assert "Cancelled" in text_of(app.screen.query_one("#trial-status", Static))
         assert not app.screen.query_one("#start").disabled
+
+
+@needs_pipeline
+@run_async
+async def test_export_a_chosen_rank_like_suggest_emit_rank(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for step in ("model", "goal", "results", "confirm", "export"):
+            await pilot.press("ctrl+n")
+            await settle(pilot)
+        app.screen.query_one("#out-dir", Input).value = "second"
+        app.screen.query_one("#which", Input).value = "2"
+        await pilot.click("#write")
+        await settle(pilot)
+        ranked = app.suggestion.ranking.top
+    job = json.loads((tmp_path / "second" / "job.json").read_text())
+    assert len(ranked) >= 2 and job["plan"] == ranked[1].plan.model_dump(mode="json")
