@@ -36,7 +36,8 @@ def test_emit_two_node_zero(tmp_path, two_nodes):
     _bash_ok(out / "env.sh")
     assert os.access(out / "launch.sh", os.X_OK)
     assert "set NODE_RANK to the index of this node" in script and "  0)" in script and "  1)" in script
-    assert "export NCCL_SOCKET_IFNAME=eno1" in script and "# n0 reaches the other nodes through the IP interface eno1" in script
+    assert "export NCCL_SOCKET_IFNAME=eno1" in script
+    assert "# n0 reaches the other nodes through the IP interface eno1" in script
     assert "exec torchrun --nnodes 2" in script and "--ds-config ds_config.json" in script
     assert "export NCCL_IB_DISABLE=1" in (out / "env.sh").read_text()
     job = TrainerJob.model_validate_json((out / "job.json").read_text())

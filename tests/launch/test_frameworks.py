@@ -59,7 +59,8 @@ def test_torchtitan_toml_against_job_config(tmp_path, name):
                * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"])
     assert degrees == plan.world_size  # torchtitan's ParallelDims check
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
-    assert tr["global_batch_size"] % (tr["local_batch_size"] * dp) == 0 and tr["global_batch_size"] == plan.global_batch()
+    assert tr["global_batch_size"] % (tr["local_batch_size"] * dp) == 0
+    assert tr["global_batch_size"] == plan.global_batch()
     if plan.pp > 1:
         from torch.distributed.pipelining.schedules import get_schedule_class
 

@@ -83,7 +83,8 @@ def predicted_figures(estimate: Estimate, workload: Workload, peak_per_device: O
     if fpt and peak_per_device:
         mfu = estimate.tokens_per_s * fpt / (peak_per_device * estimate.plan.world_size)
     return Predicted(tokens_per_s=estimate.tokens_per_s, step_time_s=estimate.step_time_s,
-                     peak_memory_bytes=int(estimate.memory.total), network_bytes_per_step=estimate.network_bytes_per_step,
+                     peak_memory_bytes=int(estimate.memory.total),
+                     network_bytes_per_step=estimate.network_bytes_per_step,
                      mfu=mfu)
 
 

@@ -201,8 +201,8 @@ def network_env(cluster: Cluster, nodes: list[Node]) -> list[EnvVar]:
         nic = net.nic if net is not None and net.nic else "its socket interface"
         env.append(EnvVar(name="NCCL_IB_DISABLE", value="1",
                           reason=f"the cluster's network is TCP over {nic}, although the nodes have InfiniBand/RoCE "
-                                 f"({', '.join(with_rdma)}): the prediction is for TCP; drop this line (and predict with "
-                                 "network ib-*) to use the faster fabric"))
+                                 f"({', '.join(with_rdma)}): the prediction is for TCP; drop this line (and "
+                                 "predict with network ib-*) to use the faster fabric"))
     else:
         env.append(EnvVar(name="NCCL_IB_DISABLE", value="1",
                           reason="no InfiniBand/RoCE NIC on any node: NCCL uses TCP sockets (skips probing "
