@@ -37,7 +37,7 @@ def _emitted(tmp_path: Path, spec: str, precision: str = "bf16") -> tuple[Path, 
     cl = Cluster(name="two", source="test", nodes=[node("n0", 4), node("n1", 4)], network=network_from_key("ib-hdr"))
     wl = make_workload("gpt2", global_batch=plan.global_batch(), precision=precision, seq_len=256)
     lc = build_launch(plan, cl, wl)
-    emit(lc, make_job(plan, wl, steps=7), tmp_path)
+    emit(lc, make_job(plan, wl), tmp_path)
     return tmp_path, plan
 
 

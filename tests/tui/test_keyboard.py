@@ -22,7 +22,7 @@ FOCUS_ORDER = {
     "results": (["StepBar", "whatif-nic", "whatif-gpus", "ranking", "detail-view", "nav-back", "nav-next"],
                 "ranking"),
     "confirm": (["StepBar", "top-k", "budget", "steps", "start", "trials", "nav-back", "nav-next"], "top-k"),
-    "export": (["StepBar", "out-dir", "write", "launch-view", "nav-back"], "out-dir"),
+    "export": (["StepBar", "out-dir", "write", "which", "force", "launch-view", "nav-back"], "out-dir"),
 }
 
 
