@@ -57,7 +57,7 @@ def test_launch_sh_runs_and_fails_loudly(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     ok = subprocess.run(["bash", str(out / "launch.sh")], env=env, capture_output=True, text=True, timeout=600)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "step 2/2" in ok.stdout and "summary: plan" in ok.stdout and "(predicted" in ok.stdout
+    assert "step 20/20" in ok.stdout and "summary: plan" in ok.stdout and "(predicted" in ok.stdout
     job = json.loads((out / "job.json").read_text())
     job["workload"]["training"]["global_batch"] = 999  # every rank refuses the job
     (out / "job.json").write_text(json.dumps(job))
