@@ -29,7 +29,7 @@ def test_emit_rank_and_plan(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,msg", [
-    (["--rank", "99", "--emit", "X"], "only"), (["--rank", "0", "--emit", "X"], "at least 1"),
+    (["--rank", "99", "--emit", "X"], "only"), (["--rank", "0", "--emit", "X"], "out of range"),
     (["--plan", "dp=3,mb=1"], "add --emit"), (["--plan", "", "--emit", "X"], "empty"),
     (["--plan", "dp=2,mb=4", "--emit", "X"], "global batch")])
 def test_emit_choice_errors(tmp_path, capsys, extra, msg):
