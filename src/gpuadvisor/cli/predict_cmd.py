@@ -54,8 +54,6 @@ def plan_for_cluster(spec: str, cluster):
     """Parse a plan string; without nodes=/gpn= it fills as few nodes of the cluster as the world size needs."""
     from ..schemas import parse_plan
 
-    if not spec.strip():
-        raise UserError("--plan is empty; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
     plan = parse_plan(spec)
     if "nodes" not in spec and "gpn" not in spec and "devices_per_node" not in spec:
         per = min(cluster.devices_per_node)
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         from .check_config import run_check
 
         return run_check(args, cl)
-    if not args.plan:
+    if args.plan is None:
         raise UserError("predict needs --plan SPEC (e.g. 'dp=2,mb=4') or --from FILE (your ds_config.json, "
                         "torchtitan TOML, Accelerate YAML or Megatron argument file)")
     plan = plan_for_cluster(args.plan, cl)

@@ -163,8 +163,8 @@ def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirm
         emit(confirm_view(confirmed), console)
     if emitted is not None:
         out = Path(args.emit)
-        emit(Text(f"\nwrote launch files for {emitted.to_string()} to {out} (start with: bash {out / 'launch.sh'}, "
-                  f"or sbatch {out / 'slurm.sbatch'})"), console)
+        emit(Text(f"\nwrote launch files for {emitted.to_string()} to {out}"), console)
+        emit(Text(f"start with: bash {out / 'launch.sh'}   (Slurm: sbatch {out / 'slurm.sbatch'})"), console)
 
 
 def export_launch(result, confirmed=None, *, rank: Optional[int] = None, plan: Optional[str] = None):

@@ -327,7 +327,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     mb = num("--micro-batch-size", 1)
     glob = num("--global-batch-size", mb * dp)
     if glob % (mb * dp):
-        raise UserError(f"{where}: --global-batch-size {glob} is not a multiple of micro {mb} x dp {dp}")
+        raise UserError(f"{where}: the global batch size {glob} is not a multiple of micro {mb} x dp {dp}")
     rb.plan.update(dp=dp, tp=tp, pp=pp, mb=mb, m=glob // (mb * dp))
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
