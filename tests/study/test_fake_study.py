@@ -164,3 +164,16 @@ def test_study_json_outside_dry_run(tmp_path, capsys, monkeypatch):
     doc = json.loads(captured.out)  # stdout is only the JSON; progress went to stderr
     assert rc == 0 and [r["status"] for r in doc["rows"]] == ["ok", "ok"]
     assert doc["files"] == ["results.csv", "results.json"] and "gpuadvisor study:" in captured.err
+
+
+def test_missing_matplotlib_fails_before_any_cell(tmp_path, monkeypatch):
+    """Plots asked for but matplotlib absent: one line naming the extra, and nothing run or written."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    out = tmp_path / "s"
+    with pytest.raises(UserError, match=r"pip install 'gpuadvisor\[plots\]'.*--no-plots"):
+        _run(out, plots=True)
+    assert not out.exists()
+    assert [r.status for r in _run(out, plots=False).rows] == ["ok"] * 6  # without plots it still runs

@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 
+import pytest
+
 from gpuadvisor.cli import main
+from gpuadvisor.errors import UserError
 from gpuadvisor.schemas import MeasurementRow, Plan, TrialRecord
 from gpuadvisor.trials.atomic import append_line
 from gpuadvisor.trials.storage import mask_url, scrub, storage_url
@@ -81,3 +84,17 @@ def test_url_masking():
     assert "s3cr" not in scrub(f"could not connect to {url}: password s3cr%40t rejected", url)
     assert storage_url("postgresql://a:b@h/d").startswith("postgresql+psycopg")
     assert storage_url("/tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+def test_postgres_without_driver_names_the_extra(monkeypatch):
+    """No psycopg/psycopg2 installed: one line naming the extra to install, never the password."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("psycopg") else real(name, *a))
+    for url in ("postgresql://alice:pw@db/studies", "postgresql+psycopg2://alice:pw@db/studies"):
+        with pytest.raises(UserError) as err:
+            storage_url(url)
+        msg = str(err.value)
+        assert "pip install 'gpuadvisor[postgres]'" in msg and "psycopg2" in msg and ":pw@" not in msg

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ..tui.app import GpuAdvisorApp  # textual is imported only here
     except ImportError as exc:
-        raise UserError(f"the TUI needs textual ({exc}); install it with: pip install 'gpuadvisor[tui]'") from None
+        raise UserError(f"the TUI needs textual ({exc}), a dependency of gpuadvisor; install it with: "
+                        "pip install 'textual>=0.50'") from None
     GpuAdvisorApp(preset=args.preset, cluster_file=args.cluster, model=args.model, top=args.top).run()
     return 0
 

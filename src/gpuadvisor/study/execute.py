@@ -96,6 +96,10 @@ def run_study(spec: StudySpec, cluster: Cluster, out_dir: Union[str, Path], *,
     a crash of gpuadvisor is stopped and rerun at most once more. results.csv/json are rewritten after
     every cell; plots and report.md/.html at the end.
     """
+    if plots:
+        from .plots import require_matplotlib
+
+        require_matplotlib()
     show = make_progress(progress)
     workloads = workloads or resolve_workloads(spec)
     cells = build_grid(spec, cluster, workloads)

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from ..errors import UserError
 from .plot_style import bar_figure_width, bar_points, log_ticks, model_title, smart
 from .results import StudyRow
 from .state import write_file
@@ -20,6 +21,15 @@ COLORS = {"single": "#555555", "dp": "#1f77b4", "tp": "#d62728", "pp": "#2ca02c"
           "zero1": "#9467bd", "zero2": "#8c564b", "zero3": "#e377c2", "zero3-offload": "#ff7f0e"}
 MARKERS = "osD^v<>ph*"
 MIB = 2**20
+
+
+def require_matplotlib() -> None:
+    """Fail before a study runs, naming the extra, when the plots it would draw at the end cannot be drawn."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UserError("the study's plots need matplotlib, which is not installed; run: pip install "
+                        "'gpuadvisor[plots]' (or pass --no-plots for results.csv/json only)")
 
 
 def _plt():

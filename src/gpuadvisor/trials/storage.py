@@ -51,6 +51,16 @@ def _pg_driver() -> str:
     return "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
 
 
+def _require_driver(driver: str, storage: str) -> None:
+    """Fail early, naming what to install, when the PostgreSQL driver module is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(driver) is None:
+        other = "" if driver in ("psycopg", "psycopg2") else f", or pip install {driver}"
+        raise UserError(f"study storage {mask_url(storage)} needs the PostgreSQL driver '{driver}', which is not "
+                        f"installed; run: pip install 'gpuadvisor[postgres]'{other}")
+
+
 def storage_url(storage: Optional[str]) -> str:
     """The SQLAlchemy URL for `storage` (None: the default SQLite file; a path: SQLite at that path)."""
     if storage is None:
@@ -61,8 +71,13 @@ def storage_url(storage: Optional[str]) -> str:
         return f"sqlite:///{Path(storage).expanduser().resolve()}"
     scheme, rest = storage.split("://", 1)
     if scheme in ("postgres", "postgresql"):
-        return f"postgresql+{_pg_driver()}://{rest}"
-    if scheme.startswith("postgresql+") or scheme == "sqlite":
+        driver = _pg_driver()
+        _require_driver(driver, storage)
+        return f"postgresql+{driver}://{rest}"
+    if scheme.startswith("postgresql+"):
+        _require_driver(scheme.split("+", 1)[1], storage)
+        return storage
+    if scheme == "sqlite":
         return storage
     raise UserError(f"unsupported study storage '{mask_url(storage)}'; use a SQLite path or postgresql://user:pass@host/db")
 
