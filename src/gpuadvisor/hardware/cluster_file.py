@@ -218,6 +218,7 @@ def _read(path: Path) -> tuple[Any, dict[Loc, int]]:
     data, node = load_user_yaml_node(text, path.name)
     if not isinstance(data, dict):
         raise UserError(f"{path.name}: expected a mapping with 'nodes:' at the top level (docs/cluster-file.md)")
+    data.pop("$schema", None)  # the editors' schema hint (JSON files), not part of the cluster
     return data, (_line_map(node) if node is not None else {})
 
 
@@ -524,17 +525,43 @@ def save_cluster(cluster: Cluster, path: Union[str, Path]) -> Path:
     data.setdefault("name", cluster.name)
     data.setdefault("nodes", [])
     if path.suffix.lower() == ".json":
-        text = json.dumps(data, indent=2) + "\n"
+        text = json.dumps({"$schema": schema_uri(), **data}, indent=2) + "\n"
     else:
-        text = "# gpuadvisor cluster file, full form (written by save_cluster)\n" + yaml.safe_dump(
-            data, sort_keys=False, default_flow_style=None, width=110)
+        text = (f"# yaml-language-server: $schema={schema_uri()}\n"
+                "# gpuadvisor cluster file, full form (written by save_cluster)\n"
+                + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110))
     path.write_text(text, encoding="utf-8")
     return path
 
 
+def schema_uri() -> str:
+    """file: URI of the shipped knowledge/cluster.schema.json, the editors' schema hint in saved cluster files."""
+    from ..paths import knowledge_dir
+
+    return (knowledge_dir() / "cluster.schema.json").resolve().as_uri()
+
+
 def cluster_file_json_schema() -> dict:
-    """The JSON Schema of the concise cluster-file format (committed as knowledge/cluster.schema.json)."""
-    schema = ClusterFile.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://github.com/gpuadvisor/gpuadvisor/knowledge/cluster.schema.json"
-    return schema
+    """The JSON Schema of cluster files (committed as knowledge/cluster.schema.json): either form.
+
+    The concise form (`ClusterFile`, written by hand) or the full form (`Cluster`, what `save_cluster` and
+    `gpuadvisor probe --save` write). Both accept a top-level `$schema` string, the hint for editors.
+    """
+    from pydantic.json_schema import models_json_schema
+
+    _, defs = models_json_schema([(ClusterFile, "validation"), (Cluster, "validation")],
+                                 ref_template="#/$defs/{model}")
+    hint = {"type": "string", "description": "URI of this JSON Schema, for editors; ignored by gpuadvisor"}
+    for name, title in (("ClusterFile", "concise form"), ("Cluster", "full form")):
+        d = defs["$defs"][name]
+        d["title"] = f"gpuadvisor cluster file ({title})"
+        d["properties"] = {"$schema": hint, **d["properties"]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/gpuadvisor/gpuadvisor/knowledge/cluster.schema.json",
+        "title": "gpuadvisor cluster file",
+        "description": "A cluster file: the concise form written by hand (docs/cluster-file.md), or the full form "
+                       "that `gpuadvisor probe --save` writes (every device, link and rate spelled out).",
+        "anyOf": [{"$ref": "#/$defs/ClusterFile"}, {"$ref": "#/$defs/Cluster"}],
+        "$defs": defs["$defs"],
+    }
