@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..errors import UserError
 from ..knowledge import GpuSpec, find_gpu, gpu_spec, load_gpus
-from ..schemas.hardware import Cluster, Device, DeviceLink, LinkClass, Node
+from ..schemas.hardware import Cluster, Device, DeviceLink, LinkClass, Node, RateSource
 from ..schemas.measure import CollectiveCurve, MatmulCurve, MeasureReport
 from ..schemas.probe import GpuInfo, ProbeReport
 from .catalog import device_from_spec, device_link
@@ -41,7 +41,7 @@ def _gpu_device(g: GpuInfo, measured: Optional[MeasureReport], notes: list[str])
     """One probed GPU -> Device with catalog (or borrowed) rates, NVML facts and measured overrides."""
     label = g.name or f"GPU{g.index}"
     spec = find_gpu(g.name) if g.name else None
-    rate_source = "catalog"
+    rate_source: RateSource = "catalog"
     if spec is None:
         if g.memory_total_bytes is None:
             raise UserError(
@@ -76,8 +76,9 @@ def _gpu_device(g: GpuInfo, measured: Optional[MeasureReport], notes: list[str])
         update["spec_key"] = None
     mm16 = _matmul_for(measured, f"cuda:{g.index}", bf16=True)
     mm32 = _matmul_for(measured, f"cuda:{g.index}", bf16=False)
-    if mm16 or mm32:
-        update["achieved_tflops"] = (mm16 or mm32).best_tflops
+    best = mm16 or mm32
+    if best is not None:
+        update["achieved_tflops"] = best.best_tflops
         update["rate_source"] = "measured"
         if rate_source == "assumed":  # no datasheet peak: the measurement is the best peak we have
             if mm16:

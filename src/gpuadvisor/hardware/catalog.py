@@ -112,8 +112,8 @@ def device_link(
         raise ValueError(f"devices {a.index} and {b.index}: 'X' (self) is only valid on the diagonal")
     else:
         # the max link the device+slot can train to: NVML's current gen drops at idle to save power
-        gens = [d.pcie_gen_max or d.pcie_gen for d in (a, b) if d.pcie_gen_max or d.pcie_gen]
-        widths = [d.pcie_width_max or d.pcie_width for d in (a, b) if d.pcie_width_max or d.pcie_width]
+        gens = [g for g in (d.pcie_gen_max or d.pcie_gen for d in (a, b)) if g]
+        widths = [w for w in (d.pcie_width_max or d.pcie_width for d in (a, b)) if w]
         spec = link_spec(cls.value, pcie_gen=min(gens) if gens else None,
                          pcie_width=min(widths) if widths else None, p2p=pp)
     lo, hi = sorted((a.index, b.index))

@@ -236,13 +236,13 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
         argv += [str(probes_dir() / "collectives.py"), "--ops", ops, "--timeout", str(int(timeout_s)), *extra]
         commands.append((node, argv, {**socket_env(node, gpu), "OMP_NUM_THREADS": "1"}))
     own_dir = log_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="gpa-net-")) if own_dir else Path(log_dir)
+    folder = Path(tempfile.mkdtemp(prefix="gpa-net-")) if log_dir is None else Path(log_dir)
     start = time.monotonic()
     procs = start_group(commands, folder, token, label="net")
     failed, timed_out = wait_group(procs, start + timeout_s)
     if failed or timed_out:
         left = stop_group(procs, token)
-        why = (f"did not finish within {timeout_s:.0f} s" if timed_out else
+        why = (f"did not finish within {timeout_s:.0f} s" if timed_out or failed is None else
                f"failed on node {describe(failed.node)} (exit {failed.returncode}: "
                f"{_last_line(failed.stderr_tail())})")
         survivors = f"; processes left: {left}" if left else ""

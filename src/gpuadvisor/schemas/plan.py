@@ -5,7 +5,7 @@ errors raise ValueError with the fix, never assert.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -131,7 +131,7 @@ def parse_plan(text: str, **defaults: object) -> Plan:
         raise ValueError("empty plan; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
     if len(text) > 2000:
         raise ValueError(f"plan text of {len(text)} characters is too long; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
-    fields = dict(defaults)
+    fields: dict[str, Any] = dict(defaults)
     given: set[str] = set()
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:

@@ -145,6 +145,8 @@ def _one_cell(model: str, workload: Workload, strategy: str, g: GpuCount, cluste
         # same tokens per step with smaller micro-batches (gradient accumulation), as the paper's ZeRO runs (App. H)
         for mb in _divisors_desc(plan.micro_batch_size)[1:]:
             alt, _ = _strategy_plan(strategy, g.gpus, nodes, per, batch, 1, mb=mb)
+            if alt is None:  # cannot happen: mb divides the share that already made a plan
+                continue
             alt_est, _ = _predict(alt, cluster, workload)
             if alt_est is not None and alt_est.feasible:
                 plan, est = alt, alt_est

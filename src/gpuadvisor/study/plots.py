@@ -411,9 +411,11 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
             rec.panel(row_axes[1], "Network throughput", model)
             continue
         labels = _gpu_labels(mrows, with_one=False)
-        vols, thr = [], []
+        vols: list[tuple[str, list[Optional[float]]]] = []
+        thr: list[tuple[str, list[Optional[float]]]] = []
         for s in _strategies(mrows):
-            v, t = [], []
+            v: list[Optional[float]] = []
+            t: list[Optional[float]] = []
             for g in labels:
                 r = next((x for x in mrows if x.strategy == s and gpu_label(x) == g), None)
                 if r is None:
@@ -437,9 +439,9 @@ def plot_network(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
         what = "NIC tx+rx" if source == "nic" else "loopback"
         row_axes[0].set_ylabel(f"{what} volume per timed window ({unit})")
         row_axes[1].set_ylabel(f"{what} throughput (Gbit/s)")
-        for ax, t in ((row_axes[0], "network volume"), (row_axes[1], "network throughput")):
+        for ax, title in ((row_axes[0], "network volume"), (row_axes[1], "network throughput")):
             ax.set_xlabel(rec.devices)
-            rec.panel(ax, t[:1].upper() + t[1:] + (" (loopback)" if source == "loopback" else ""), model)
+            rec.panel(ax, title[:1].upper() + title[1:] + (" (loopback)" if source == "loopback" else ""), model)
             ax.grid(axis="y", alpha=0.3)
         _legend_out(row_axes[1])
     if source == "loopback":
@@ -472,7 +474,7 @@ def plot_predicted(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[s
             ax.scatter(xs, ys, color=COLORS.get(s), marker=MARKERS[k % len(MARKERS)], edgecolor="black",
                        linewidth=0.4, s=45)
             rec.series(name, "all", f"{s}/{model}", xs, ys, "tokens/s", "tokens_per_s")
-    vals = [v for r in pts for v in (r.predicted_tokens_per_s, r.tokens_per_s)]
+    vals = [v for r in pts for v in (r.predicted_tokens_per_s, r.tokens_per_s) if v is not None]
     lo, hi = min(vals) / 2, max(vals) * 2
     ideal = ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)[0]
     band = ax.fill_between([lo, hi], [lo / 2, hi / 2], [lo * 2, hi * 2], color="#cccccc", alpha=0.3)

@@ -63,8 +63,9 @@ def model_findings(rows: list[StudyRow], model: str) -> list[str]:
         withmem = [r for r in at if r.peak_memory_bytes]
         if withmem and base is not None and base.peak_memory_bytes:
             low = min(withmem, key=lambda r: r.peak_memory_bytes or 0)
+            low_mem = low.peak_memory_bytes or 0  # withmem holds rows with a peak
             out.append(f"{model} at {g} GPUs: lowest peak memory per device with {low.strategy}, "
-                       f"{low.peak_memory_bytes / MIB:,.0f} MiB ({low.peak_memory_bytes / base.peak_memory_bytes:.2f}x the "
+                       f"{low_mem / MIB:,.0f} MiB ({low_mem / base.peak_memory_bytes:.2f}x the "
                        "1-GPU peak).")
     out += _zero(mrows, model, base)
     out += _pipeline(mrows, model)
@@ -91,7 +92,7 @@ def _pipeline(mrows: list[StudyRow], model: str) -> list[str]:
     for g in _gpu_labels([r for r in mrows if r.strategy == "pp-4p"], with_one=False):
         p = next((r for r in mrows if r.strategy == "pp" and gpu_label(r) == g), None)
         q = next((r for r in mrows if r.strategy == "pp-4p" and gpu_label(r) == g), None)
-        if p and q and p.tokens_per_s:
+        if p and q and p.tokens_per_s and q.tokens_per_s is not None:
             d = (q.tokens_per_s / p.tokens_per_s - 1) * 100
             better = "m=4p beats m=p" if d > 0 else "m=p beats m=4p"
             out.append(f"{model} pipeline at {g} GPUs: {better} ({d:+.0f}% with m=4p); the A6000 paper found m=4p "
@@ -109,7 +110,7 @@ def network_findings(rows: list[StudyRow]) -> list[str]:
         if lo:
             top = max(lo, key=lambda r: r.loopback_bytes or 0)
             extra = (f" Between ranks of this host, {top.strategy} at {gpu_label(top)} GPUs ({top.model}) moved the "
-                     f"most bytes over loopback: {top.loopback_bytes / 1e6:,.2f} MB in the timed window.")
+                     f"most bytes over loopback: {(top.loopback_bytes or 0) / 1e6:,.2f} MB in the timed window.")
         return ["All measured cells ran on one node, so no training traffic crossed a NIC: the network volume and "
                 "throughput of seed 000's nano-cluster (1 GbE between nodes) cannot show here; they are ~0 (any "
                 "bytes in the NIC columns are background traffic)." + extra]
@@ -125,7 +126,7 @@ def prediction_findings(rows: list[StudyRow]) -> list[str]:
     pts = [r for r in _ok(rows) if r.measured_over_predicted]
     if not pts:
         return ["No cell has both a prediction and a measurement."]
-    ratios = [r.measured_over_predicted for r in pts]
+    ratios = [r.measured_over_predicted for r in pts if r.measured_over_predicted is not None]
     med = statistics.median(ratios)
     off = [r for r in pts if not 0.5 <= (r.measured_over_predicted or 1) <= 2.0]
     out = [f"Measured / predicted throughput: median {med:.2f} over {len(pts)} cells; "

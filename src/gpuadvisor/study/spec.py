@@ -39,7 +39,7 @@ class StudySpec(Frozen):
     gpus: list[GpuCount]
     steps: int = Field(200, ge=1, description="Timed steps per cell (the paper: 200)")
     warmup: int = Field(10, ge=0, description="Untimed warm-up steps per cell")
-    pp_microbatches: list[Literal["p", "4p"]] = Field(default_factory=lambda: ["p"],
+    pp_microbatches: list[Literal["p", "4p"]] = Field(default_factory=lambda: list[Literal["p", "4p"]](["p"]),
                                                         description="PP micro-batch counts: m=p and/or m=4p")
     seq_len: Optional[int] = Field(None, description="Override of every model's sequence length")
     global_batch: Optional[int] = Field(None, description="Override of every model's global batch")

@@ -22,6 +22,7 @@ No dropout: training is deterministic, so every strategy produces the same loss 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -119,7 +120,8 @@ class GPT(nn.Module):
         self.apply(self._init)
         # GPT-2: scale residual projections by 1/sqrt(2 L).
         for b in self.blocks:
-            for w in (b.attn.proj.weight, b.mlp.fc2.weight):
+            blk = cast(Block, b)
+            for w in (blk.attn.proj.weight, blk.mlp.fc2.weight):
                 nn.init.normal_(w, std=0.02 / math.sqrt(2 * spec.n_layers))
         self.tied = spec.tied_embeddings if tie is None else tie
         if self.tied:
@@ -159,7 +161,7 @@ class GPTStage(nn.Module):
             x = self.embed(x)
         for b in self.blocks:
             x = b(x)
-        if self.head is not None:
+        if self.head is not None and self.ln_f is not None:  # set together, on the last stage
             x = self.head(self.ln_f(x))
         return x
 

@@ -11,12 +11,16 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
 
 from ..schemas.job import TrainerJob
+from ..schemas.plan import Plan
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 from .layout import coords_of, mesh_shape
 
 
@@ -31,7 +35,7 @@ class Context:
     device: torch.device
     backend: str
     coords: dict[str, int]
-    mesh: Optional[object] = None  # torch.distributed.device_mesh.DeviceMesh when the plan is multi-dimensional
+    mesh: Optional[DeviceMesh] = None  # when the plan is multi-dimensional
     amp_dtype: Optional[torch.dtype] = None  # None = fp32
 
     @property
@@ -46,7 +50,13 @@ class Context:
         """Process group of mesh dimension `dim` (the default group when the plan has no mesh)."""
         if self.mesh is None:
             return dist.group.WORLD
-        return self.mesh[dim].get_group()
+        return self.mesh_dim(dim).get_group()
+
+    def mesh_dim(self, dim: str) -> DeviceMesh:
+        """The 1-D sub-mesh of dimension `dim` ("dp", "tp", "pp"); multi-dimensional plans have a mesh."""
+        if self.mesh is None:
+            raise ValueError(f"plan {self.plan.to_string()} has no device mesh, so no '{dim}' dimension")
+        return self.mesh[dim]
 
     @property
     def precision(self) -> str:

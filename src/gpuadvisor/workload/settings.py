@@ -50,7 +50,7 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"seq_len {seq_len} exceeds the {model.max_seq_len} learned positions of "
                         f"'{model.name}'; use --seq-len {model.max_seq_len} or less")
     if tokens_per_step is not None:
-        if generic:
+        if model is not None and generic:
             raise UserError(f"'{model.name}' is not a token model; give global_batch (samples), "
                             "not tokens_per_step")
         _positive("tokens_per_step", tokens_per_step, "tokens_per_step=8192")
@@ -85,6 +85,7 @@ def make_workload(model: Union[str, ModelSpec], **settings: Any) -> Workload:
     preset: Optional[Preset] = None
     spec = model if isinstance(model, ModelSpec) else None
     if spec is None:
+        assert isinstance(model, str)
         spec, preset = resolve_preset(model)
     unknown = set(settings) - (set(inspect.signature(training_settings).parameters) - {"model"})
     if unknown:

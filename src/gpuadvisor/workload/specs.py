@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from ..errors import UserError
 from ..schemas.workload import ModelSpec
@@ -72,7 +72,7 @@ def model_from_args(layers: int, hidden: int, heads: int, ffn: Optional[int] = N
     """
     if ffn is None:
         ffn = swiglu_ffn(hidden) if mlp == "swiglu" else 4 * hidden
-    fields = dict(n_layers=layers, d_model=hidden, n_heads=heads, d_ff=ffn, vocab_size=vocab,
+    fields: dict[str, Any] = dict(n_layers=layers, d_model=hidden, n_heads=heads, d_ff=ffn, vocab_size=vocab,
                   max_seq_len=0 if mlp == "swiglu" else seq, mlp=mlp, n_kv_heads=kv_heads,
                   tied_embeddings=(mlp == "gelu") if tied is None else tied)
     for key in ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size"):

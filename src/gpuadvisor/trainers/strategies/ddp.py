@@ -43,6 +43,8 @@ class DataParallel(AccumulatingStrategy):
 
     name = "dp"
 
+    model: DDP
+
     def __init__(self, ctx: Context):
         super().__init__(ctx)
         if ctx.plan.dp != ctx.world_size:

@@ -22,12 +22,15 @@ Token accounting (Appendix F): only the last stage counts tokens; the others rep
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from ..model import GPTStage, split_layers
+from ..model import GPT, GPTStage, split_layers
 from ..parallel import Context
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining.stage import _PipelineStageBase
 from .base import Strategy, loss_fn, make_optimizer
 
 
@@ -56,19 +59,21 @@ class Pipeline(Strategy):
             raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
         n_chunks = pp * v
         ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
-        gpt = self.build_model(tie=False)  # head starts as a copy of the embedding; tied grads synced per step
+        gpt = cast(GPT, self.build_model(tie=False))  # head starts as a copy of the embedding; tied grads synced per step
         r = ctx.coords["pp"]
         self.stage_ids = [r + i * pp for i in range(v)]
         self.is_first, self.is_last = 0 in self.stage_ids, n_chunks - 1 in self.stage_ids
         pp_group = ctx.group("pp")
-        self.modules, stages = [], []
+        self.modules: list[GPTStage] = []
+        stages: list[_PipelineStageBase] = []
         for s in self.stage_ids:
             mod = GPTStage(gpt, *ranges[s], is_first=s == 0, is_last=s == n_chunks - 1).to(ctx.device)
             self.modules.append(mod)
             if plan.dp > 1:
-                mod = replicate_stage(mod, ctx.mesh["dp"])
+                mod = replicate_stage(mod, ctx.mesh_dim("dp"))
             stages.append(PipelineStage(mod, s, n_chunks, ctx.device, group=pp_group))
         del gpt
+        self.schedule: Union[ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B]
         if plan.pp_schedule == "gpipe":
             self.schedule = ScheduleGPipe(stages[0], m, loss_fn=loss_fn)
         elif plan.pp_schedule == "1f1b":
@@ -89,7 +94,7 @@ class Pipeline(Strategy):
         import torch.distributed as dist
 
         pp, r = ctx.plan.pp, ctx.coords["pp"]
-        coords = [None] * ctx.world_size
+        coords: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(coords, (ctx.coords.get("dp", 0), r, ctx.rank))
         mine = None
         for d in sorted({c[0] for c in coords}):  # every rank creates every group, in the same order
@@ -124,7 +129,7 @@ class Pipeline(Strategy):
         self.optimizer.zero_grad(set_to_none=True)
         losses: list = []
         args = (x,) if self.is_first else ()
-        kwargs = {"target": y, "losses": losses} if self.is_last else {}
+        kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.is_last else {}
         with self.autocast():
             self.schedule.step(*args, **kwargs)
         self._sync_tied_embeddings()

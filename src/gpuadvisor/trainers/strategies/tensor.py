@@ -18,10 +18,13 @@ tensors for DDP's buckets). Every TP rank takes its replica's slice of the batch
 """
 from __future__ import annotations
 
+from typing import cast
+
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                                                RowwiseParallel, SequenceParallel, parallelize_module)
 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..parallel import Context
 from .base import AccumulatingStrategy, make_optimizer
@@ -75,7 +78,7 @@ class TensorParallel(AccumulatingStrategy):
             raise ValueError(f"tp={plan.tp} must divide n_heads={spec.n_heads} and d_ff={spec.d_ff}")
         if plan.sequence_parallel and self.seq_len % plan.tp:
             raise ValueError(f"sequence parallel needs seq_len {self.seq_len} divisible by tp={plan.tp}")
-        model = parallelize_gpt(self.build_model().to(ctx.device), ctx.mesh["tp"], plan.sequence_parallel)
+        model = parallelize_gpt(self.build_model().to(ctx.device), ctx.mesh_dim("tp"), plan.sequence_parallel)
         if plan.dp > 1:
             model = wrap_ddp(_pre_dp_module_transform(model) or model, ctx, group=ctx.group("dp"))
         self.model = model
@@ -84,5 +87,5 @@ class TensorParallel(AccumulatingStrategy):
 
     def sync_context(self, last: bool):
         if self.plan.dp > 1 and not last:
-            return self.model.no_sync()
+            return cast(DDP, self.model).no_sync()  # wrapped by wrap_ddp when dp > 1
         return super().sync_context(last)

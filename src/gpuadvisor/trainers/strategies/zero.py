@@ -47,6 +47,8 @@ def deepspeed_config(ctx: Context) -> dict:
 
     base = ctx.job.deepspeed_config
     cfg = dict(base) if base is not None else plan_config(ctx.plan, ctx.job.workload, gradient_clipping=0.0)
+    if cfg is None:
+        raise ValueError(f"plan {ctx.plan.to_string()} is not a ZeRO plan; DeepSpeed runs ZeRO stages 1-3 only")
     cfg.update({
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
