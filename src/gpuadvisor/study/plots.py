@@ -117,6 +117,7 @@ def _bars(ax: Any, groups: list[str], series: list[tuple[str, list[Optional[floa
             label, ys = series[i]
             x = j + (pos - (len(present) - 1) / 2) * width
             y = ys[j]
+            assert y is not None  # per_group lists only the present values
             ax.bar([x], [y], width=width, color=colors[label], edgecolor="black", linewidth=0.4,
                    label=None if label in seen else label)
             seen.add(label)
