@@ -90,7 +90,7 @@ def test_sdist_then_wheel_from_it_carry_the_data(tmp_path):
         pytest.skip(f"setuptools {setuptools.__version__} < 77 cannot read PEP 639 metadata")
     tree = tmp_path / "tree"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "tmp"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", "tmp"))
     dist = tmp_path / "dist"
     res = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(tree)],
                          capture_output=True, text=True, timeout=300)
