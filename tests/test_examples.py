@@ -183,7 +183,8 @@ def test_cluster_files_validate_and_load(path):
     assert cluster.num_devices in (2, 8) and all(d.peak_tflops_bf16 > 0 for n in cluster.nodes for d in n.devices)
 
 
-@pytest.mark.parametrize("folder, params, layers", [("distilgpt2", 81_912_576, 6), ("tinyllama-1.1b", 1_100_048_384, 22)])
+@pytest.mark.parametrize("folder, params, layers",
+                         [("distilgpt2", 81_912_576, 6), ("tinyllama-1.1b", 1_100_048_384, 22)])
 def test_model_configs(folder, params, layers):
     """The configs are read as HF configs with the published parameter counts (distilgpt2 82M, TinyLlama 1.1B)."""
     spec = resolve_model(str(EXAMPLES / "models" / folder / "config.json"))

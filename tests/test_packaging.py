@@ -90,7 +90,8 @@ def test_sdist_then_wheel_from_it_carry_the_data(tmp_path):
         pytest.skip(f"setuptools {setuptools.__version__} < 77 cannot read PEP 639 metadata")
     tree = tmp_path / "tree"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", "tmp"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
+        "tmp"))
     dist = tmp_path / "dist"
     res = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(tree)],
                          capture_output=True, text=True, timeout=300)
@@ -112,6 +113,7 @@ def test_sdist_then_wheel_from_it_carry_the_data(tmp_path):
                        if p.is_file())
     assert {f"gpuadvisor/_data/knowledge/{k}" for k in knowledge} <= names
     assert {f"gpuadvisor/_data/probes/{p.name}" for p in (ROOT / "probes").glob("*.py")} <= names
-    assert {"gpuadvisor/py.typed", "gpuadvisor/tui/app.tcss", f"gpuadvisor-{version}.dist-info/licenses/LICENSE"} <= names
+    shipped = {"gpuadvisor/py.typed", "gpuadvisor/tui/app.tcss", f"gpuadvisor-{version}.dist-info/licenses/LICENSE"}
+    assert shipped <= names
     assert "License-Expression: Apache-2.0" in meta and f"Version: {version}" in meta
     assert "Provides-Extra: postgres" in meta and re.search(r"Requires-Dist: rich>=", meta)

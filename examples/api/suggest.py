@@ -19,7 +19,8 @@ def main() -> None:
     for i, est in enumerate(r.top, 1):
         peak_gib = est.memory.total / 2**30
         p = est.plan
-        layout = f"{p.strategy} on {p.nodes}x{p.devices_per_node} GPUs, micro-batch {p.micro_batch_size} x {p.num_micro_batches}"
+        layout = (f"{p.strategy} on {p.nodes}x{p.devices_per_node} GPUs, "
+                  f"micro-batch {p.micro_batch_size} x {p.num_micro_batches}")
         print(f"{i}. {layout:<58} {est.tokens_per_s:>8,.0f} tok/s  peak {peak_gib:4.1f} GiB")
     best = r.top[0]
     print("why:", best.reasons[0] if best.reasons else "(only one plan)")

@@ -45,7 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else exitcodes.USAGE
     if not getattr(args, "func", None):
-        if sys.stdin.isatty() and sys.stdout.isatty() and "tui" in (parser._subparsers._group_actions[0].choices or ()):  # type: ignore[union-attr]
+        commands = parser._subparsers._group_actions[0].choices or ()  # type: ignore[union-attr]
+        if sys.stdin.isatty() and sys.stdout.isatty() and "tui" in commands:
             args = parser.parse_args(["tui"])
         else:
             parser.print_help()

@@ -59,7 +59,8 @@ class Pipeline(Strategy):
             raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
         n_chunks = pp * v
         ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
-        gpt = cast(GPT, self.build_model(tie=False))  # head starts as a copy of the embedding; tied grads synced per step
+        # head starts as a copy of the embedding; tied grads synced per step
+        gpt = cast(GPT, self.build_model(tie=False))
         r = ctx.coords["pp"]
         self.stage_ids = [r + i * pp for i in range(v)]
         self.is_first, self.is_last = 0 in self.stage_ids, n_chunks - 1 in self.stage_ids
