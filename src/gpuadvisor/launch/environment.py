@@ -82,8 +82,11 @@ def _no_p2p_pairs(node: Node, used: list[Device]) -> list[tuple[int, int]]:
 
 def numa_binding(used: list[Device], node: Node) -> Optional[str]:
     """How ranks bind to their GPU's NUMA node, or None when binding brings nothing (one NUMA node, unknown)."""
-    numa = [d.numa_node for d in used]
-    if any(n is None or n < 0 for n in numa) or (len(set(numa)) < 2 and node.cpu.numa_nodes < 2):
+    known = [d.numa_node for d in used]
+    if any(n is None or n < 0 for n in known):
+        return None
+    numa = [n for n in known if n is not None]
+    if len(set(numa)) < 2 and node.cpu.numa_nodes < 2:
         return None
     ranks = ", ".join(f"rank {i}->node {n}" for i, n in enumerate(numa))
     manual = "; ".join(f"numactl --cpunodebind={n} --membind={n}" for n in sorted(set(numa)))

@@ -43,7 +43,7 @@ def read_error_files(out_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: object, limit: int = 300) -> str:
     """Collapse whitespace and cut to `limit` characters."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -121,7 +121,7 @@ def classify(out_dir: Path, job: TrainerJob, exit_code: Optional[int], stop_reas
         last = next((ln for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
         why = f"stopped ({stop_reason})" if stop_reason != "exited" else f"exit code {exit_code}"
         return Outcome("crash", _one_line(f"trainer {why}: {last}"))
-    metrics, why = validate_metrics(out_dir / "metrics.json", job)
+    metrics, problem = validate_metrics(out_dir / "metrics.json", job)
     if metrics is None:
-        return Outcome("invalid_metrics", why)
+        return Outcome("invalid_metrics", problem)
     return Outcome("ok", metrics=metrics)

@@ -26,8 +26,8 @@ if __package__:
     from .procs import TOKEN_VAR, kill_all, reap_children
 else:  # run as a script (fast: skips importing the gpuadvisor package); siblings are stdlib-only
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from atomic import write_atomic  # type: ignore[no-redef]
-    from procs import TOKEN_VAR, kill_all, reap_children  # type: ignore[no-redef]
+    from atomic import write_atomic  # type: ignore[no-redef,import-not-found]
+    from procs import TOKEN_VAR, kill_all, reap_children  # type: ignore[no-redef,import-not-found]
 
 PR_SET_CHILD_SUBREAPER = 36
 _stop_reason: Optional[str] = None

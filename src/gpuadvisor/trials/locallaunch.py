@@ -34,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.nproc),
                    LOCAL_WORLD_SIZE=str(args.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         procs.append(subprocess.Popen(cmd, env=env, shell=False))
-    signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.poll() is None])
+
+    def forward_term(*_: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, forward_term)
     while True:
         codes = [p.poll() for p in procs]
         bad = [c for c in codes if c not in (None, 0)]
