@@ -47,6 +47,11 @@ class Outcome:
         return self.used and self.predicted_s is not None and math.isfinite(self.predicted_s)
 
     @property
+    def predicted(self) -> float:
+        """predicted_s as a number: inf where there is no prediction (a timed row always has one)."""
+        return math.inf if self.predicted_s is None else self.predicted_s
+
+    @property
     def measured_s(self) -> float:
         return float(self.run.measured_iter_time_s or 0.0)
 
@@ -116,7 +121,7 @@ def scaling_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[floa
     meas = [_tokens_per_gpu(o, o.measured_s) for o in group]
     pred = [_tokens_per_gpu(o, o.predicted_s) for o in group]
     tau = kendall_tau(meas, pred)
-    lo, hi = min(o.run.gpus for o in group), max(o.run.gpus for o in group)
+    lo, hi = min(o.run.gpus or 0 for o in group), max(o.run.gpus or 0 for o in group)
     pick_lo = max((i for i, o in enumerate(group) if o.run.gpus == lo), key=lambda i: meas[i])
     pick_hi = max((i for i, o in enumerate(group) if o.run.gpus == hi), key=lambda i: meas[i])
     if not (pred[pick_lo] and pred[pick_hi]):
@@ -127,7 +132,7 @@ def scaling_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[floa
 def group_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[float]]:
     """(Kendall tau-b, regret) of one group; rows the model calls out of memory rank last, never first."""
     meas = [o.measured_s for o in group]
-    pred = [o.predicted_s if o.timed else math.inf for o in group]
+    pred = [o.predicted if o.timed else math.inf for o in group]
     finite = [p for p in pred if math.isfinite(p)]
     big = 10.0 * max(finite) if finite else 1.0
     tau = kendall_tau(meas, [p if math.isfinite(p) else big for p in pred])
@@ -149,7 +154,7 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
     return {
         "rows": len(outcomes), "used": len(used), "skipped": len(outcomes) - len(used),
         "predicted_oom": len(used) - len(timed),
-        "mape_pct": mape([o.measured_s for o in timed], [o.predicted_s for o in timed]) if timed else None,
+        "mape_pct": mape([o.measured_s for o in timed], [o.predicted for o in timed]) if timed else None,
         "median_ratio": statistics.median(o.ratio for o in timed) if timed else None,
         "groups": len(scores), "tau_median": statistics.median(taus) if taus else None,
         "tau_good_frac": sum(t >= TAU_GOOD for t in taus) / len(taus) if taus else None,
@@ -198,7 +203,7 @@ def loso_mape(outcomes: list[Outcome]) -> dict[str, Optional[float]]:
             out[sid] = None
             continue
         bias = math.exp(statistics.fmean(-math.log(o.ratio) for o in rest))
-        out[sid] = mape([o.measured_s for o in mine], [o.predicted_s * bias for o in mine])
+        out[sid] = mape([o.measured_s for o in mine], [o.predicted * bias for o in mine])
     return out
 
 
@@ -225,7 +230,7 @@ def megatron_tflops_check(outcomes: list[Outcome], tolerance: float = 0.15) -> l
                           and abs(fpt * r.tokens_per_s_per_gpu / 1e12 / published - 1) <= 0.01)
         predicted = None
         if o.timed and r.global_batch:
-            predicted = fpt * r.global_batch * r.seq_len / (o.predicted_s * r.gpus) / 1e12
+            predicted = fpt * r.global_batch * r.seq_len / (o.predicted * r.gpus) / 1e12
         ratio = predicted / published if predicted and published else None
         rows.append({"ref": r.ref, "model": r.model_name, "gpus": r.gpus, "published_tflops": published,
                      "predicted_tflops": predicted, "ratio": ratio, "flop_count_consistent": consistent,

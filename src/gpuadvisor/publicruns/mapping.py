@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Collection, NamedTuple, Optional
+from typing import Any, Callable, Collection, NamedTuple, Optional
 
 from ..errors import UserError
 from ..hardware.cluster_file import cluster_from_dict
@@ -374,7 +374,7 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     notes: list[str] = []
     reasons: list[str] = []
 
-    def attempt(fn, *args):
+    def attempt(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except Unsupported as exc:
@@ -389,7 +389,8 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     degrees = attempt(degrees_of, run)
     placement = attempt(placement_of, run)
     recompute = attempt(recompute_of, run, approximate, notes)
-    sharding = batch = None
+    sharding: Any = None  # set below whenever the degrees are known (else a reason was recorded)
+    batch: Any = None
     if degrees:
         sharding = attempt(sharding_of, run, *degrees, approximate, notes)
         batch = attempt(batch_of, run, degrees[0], approximate, notes)
@@ -398,6 +399,7 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     cluster = attempt(cluster_of, run, spec, *placement, notes) if spec and placement and not reasons else None
     if reasons:
         raise Unsupported(*reasons)
+    assert cluster is not None  # built whenever no reason was recorded
     plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes)
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision)
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))
