@@ -112,7 +112,7 @@ class SearchSpace:
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """One categorical distribution per varying knob."""
-        out = {}
+        out: dict[str, BaseDistribution] = {}
         for i, f in enumerate(self.fields):
             vals = sorted({p[i] for p in self.by_params}, key=lambda v: (str(type(v)), v))
             out[f] = CategoricalDistribution(vals)
@@ -182,9 +182,9 @@ def choose_next(space: SearchSpace, trials: list[FrozenTrial]) -> Optional[str]:
         return None
     measured = {}
     for t in trials:
-        key = t.user_attrs.get("plan")
-        if trial_status(t) == "ok" and key in space.estimates and t.value:
-            measured[key] = t.value
+        plan_key = t.user_attrs.get("plan")
+        if trial_status(t) == "ok" and plan_key in space.estimates and t.value:
+            measured[plan_key] = t.value
     if not measured:
         return max(pool, key=lambda k: (space.estimates[k].tokens_per_s, k))
 

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, cast
 
 from .. import __version__
 from ..errors import UserError
@@ -268,7 +268,8 @@ def _summary(study: Any, space: SearchSpace, name: str, masked: str, fp: str, bu
     first_meas = next((r.measured_tokens_per_s for r in ok if r.plan_str == first), None)
     gap = None
     if best and first_meas:
-        gap = round(100.0 * (best.measured_tokens_per_s - first_meas) / best.measured_tokens_per_s, 3)
+        best_meas = best.measured_tokens_per_s or 0.0  # ok rows are measured
+        gap = round(100.0 * (best_meas - first_meas) / best_meas, 3)
     elif first and best:
         notes.append("the cost model's first pick did not produce valid metrics")
     return ConfirmResult(
@@ -436,8 +437,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     sampler = PlanSampler(space, seed=seed)
     study, resumed = _open_study(name, st, sampler, parts, fp, masked)
     if not resumed:
-        for i, key in enumerate(space.seeds):
-            study.enqueue_trial(space.param_dict(space.estimates[key].plan), user_attrs={"seed_rank": i},
+        for i, seed_key in enumerate(space.seeds):
+            study.enqueue_trial(space.param_dict(space.estimates[seed_key].plan), user_attrs={"seed_rank": i},
                                 skip_if_exists=True)
     base = Path(work_dir) if work_dir else user_data_dir() / "trials" / _storage_key(masked) / name
     with StudyLock(base / "run.lock", f"study '{name}' in {masked}"):
