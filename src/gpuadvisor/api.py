@@ -30,7 +30,7 @@ def typed(func: F) -> F:
     A wrong type raises a one-line UserError naming the argument, never a raw TypeError/AttributeError
     from deep inside the pipeline.
     """
-    checked = validate_call(func, config=ConfigDict(strict=True, arbitrary_types_allowed=True))
+    checked = validate_call(config=ConfigDict(strict=True, arbitrary_types_allowed=True))(func)
     params = inspect.signature(func).parameters
 
     @functools.wraps(func)

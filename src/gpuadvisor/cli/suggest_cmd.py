@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     result = scenarios[0] if len(scenarios) == 1 else base
     confirmed = None
     if args.confirm:
+        assert budget_s is not None  # parsed above whenever --confirm is given
         confirmed = api.confirm(base.workload, cluster=result.cluster, top_k=args.confirm,
                                 budget_s=budget_s, steps=args.steps, warmup=args.warmup,
                                 storage=args.storage, study_name=args.study_name)

@@ -158,7 +158,7 @@ def _run_locked(spec: StudySpec, cluster: Cluster, out: Path, cells: list[Cell],
             shutil.rmtree(run_dir, ignore_errors=True)  # partial files of the interrupted attempt
         from ..launch.build import make_job
 
-        if c.plan.zero_stage and trainer_module == "gpuadvisor.trainers":  # the one-time op build, as a step
+        if c.plan is not None and c.plan.zero_stage and trainer_module == "gpuadvisor.trainers":  # the one-time op build, as a step
             from ..trials.opbuild import ensure_ops
 
             ensure_ops({**os.environ, **envs}, progress=lambda m: show({"event": "note", "message": m}))

@@ -309,7 +309,8 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
         t0 = time.monotonic()
         trial = study.ask()
         dists = space.distributions()
-        params = {f: trial.suggest_categorical(f, dists[f].choices) for f in space.fields}
+        params = {f: trial.suggest_categorical(f, cast(optuna.distributions.CategoricalDistribution, dists[f]).choices)
+                  for f in space.fields}
         key = space.plan_for(params)
         others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         if key is None or key in blocked_plans(space, others):
