@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from ..schemas import Estimate
 
 _SKIP = {"nodes", "devices_per_node", "mesh_order"}
 
@@ -17,7 +20,7 @@ def plan_diff(mine, other) -> dict[str, tuple]:
     return {k: (a[k], b[k]) for k in a if k not in _SKIP and a[k] != b[k]}
 
 
-def first_change(mine, est, ranked) -> Optional[tuple[object, dict]]:
+def first_change(mine, est, ranked) -> Optional[tuple[Estimate, dict]]:
     """The ranked plan that beats `mine` by >= 5% with the fewest edits (ties: the fastest)."""
     floor = est.tokens_per_s * 1.05 if est.feasible else 0.0
     best = None

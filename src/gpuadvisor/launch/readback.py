@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -371,7 +372,10 @@ def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:
                 raise UserError(f"{path.name}: a DeepSpeed config is a JSON object")
             return read_deepspeed(data, path.name)
         if suffix == ".toml":
-            import tomllib
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # the same parser, from PyPI (a dependency on Python 3.10)
+                import tomli as tomllib
 
             return read_torchtitan(tomllib.loads(text), world, path.name)
         if suffix in (".yaml", ".yml"):
