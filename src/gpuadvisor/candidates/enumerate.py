@@ -163,8 +163,8 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     orders = (0, 1) if (dp > 1 and pp > 1) else (0,)
     recomputes = (False, True) if t.allow_recompute and wl.model.kind == "transformer" else (False,)
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
-    zeros = sp.zero_options if (tp == 1 and pp == 1) else ((0, False),)
-    knobs = {z: list(_knobs(sp, dp, z, nodes, gpn)) for z in {z for z, _ in zeros}}
+    zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
+    knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
@@ -186,6 +186,11 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                                              zrb, hpz, nodes, gpn, gb))
 
 
+def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
+    """ZeRO choices with TP/PP (Plan's rules): no offload; ZeRO-2 not with PP."""
+    return tuple((z, off) for z, off in sp.zero_options if not off and not (z == 2 and pp > 1))
+
+
 def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool) -> bool:
     """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1)."""
     from ..costmodel.analytical.memory import model_state_bytes
@@ -204,13 +209,12 @@ def _schedules(pp: int, m: int, layers: int, sp: SearchSpace) -> Iterator[tuple[
             if m % pp == 0 and layers % (pp * 2) == 0 and m >= pp:
                 yield s, 2
         elif s == "1f1b":
-            if m >= pp:
-                yield s, 1
+            yield s, 1
         else:
             yield s, 1
 
 
-def _knobs(sp: SearchSpace, dp: int, zero: int, nodes: int, gpn: int) -> Iterator[tuple]:
+def _knobs(sp: SearchSpace, dp: int, zero: int, nodes: int, gpn: int, pure_dp: bool = True) -> Iterator[tuple]:
     """(ddp_bucket_mb, comm hook code, zero_reduce_bucket_size, hpz) for the data-parallel part."""
     if dp == 1:
         yield 25.0, 0, 500_000_000, 1
@@ -224,5 +228,5 @@ def _knobs(sp: SearchSpace, dp: int, zero: int, nodes: int, gpn: int) -> Iterato
         return
     for rb in sp.zero_reduce_buckets:
         yield 25.0, 0, int(rb), 1
-        if zero == 3 and nodes > 1 and gpn > 1 and dp % gpn == 0:
+        if zero == 3 and pure_dp and nodes > 1 and gpn > 1 and dp % gpn == 0:
             yield 25.0, 0, int(rb), gpn

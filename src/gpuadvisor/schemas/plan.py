@@ -51,18 +51,25 @@ class Plan(Frozen):
                 f"plan degrees dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {world} do not match the devices used "
                 f"nodes*devices_per_node = {self.nodes}*{self.devices_per_node}; make them equal"
             )
-        if self.zero_stage and (self.tp > 1 or self.pp > 1):
-            raise ValueError("ZeRO stages are supported with pure data parallelism only (tp=1, pp=1)")
+        # ZeRO with TP/PP as the frameworks run it: ZeRO-1 = Megatron's distributed optimizer (with TP and PP);
+        # ZeRO-2/3 with TP = FSDP2 + TP (torchtitan); ZeRO-3 with PP = FSDP per pipeline stage (torchtitan 3D).
+        # DeepSpeed's pipeline engine refuses ZeRO-2/3 with PP, and offload is DeepSpeed's alone.
+        if self.zero_stage == 2 and self.pp > 1:
+            raise ValueError("ZeRO-2 does not combine with pipeline parallelism (DeepSpeed refuses it); "
+                             "use zero=1 (distributed optimizer) or zero=3 (FSDP per stage) with pp > 1")
+        if self.zero_offload and (self.tp > 1 or self.pp > 1):
+            raise ValueError("ZeRO-Offload is DeepSpeed's and needs pure data parallelism (tp=1, pp=1)")
+        if self.zero_hpz_partition_size > 1 and (self.tp > 1 or self.pp > 1):
+            raise ValueError("hpZ (zero_hpz_partition_size > 1) needs pure data parallelism (tp=1, pp=1)")
         if self.zero_offload and not self.zero_stage:
             raise ValueError("zero_offload needs zero_stage >= 1")
         if self.pp == 1 and (self.pp_virtual_stages != 1):
             raise ValueError("pp_virtual_stages > 1 needs pp > 1")
         if self.pp_schedule == "interleaved" and self.pp_virtual_stages < 2:
             raise ValueError("the interleaved schedule needs pp_virtual_stages >= 2")
-        if self.pp > 1 and self.pp_schedule in ("1f1b", "interleaved") and self.num_micro_batches < self.pp:
-            raise ValueError(
-                f"1F1B needs at least as many micro-batches as stages (m={self.num_micro_batches} < pp={self.pp})"
-            )
+        # 1F1B with m < pp runs as Megatron and DeepSpeed run it: the warm-up is min(pp - rank - 1, m), so it
+        # degenerates to all-forward-then-all-backward (the bubble is the schedule's cost, not an error).
+        # Megatron's interleaved schedule needs m to be a multiple of pp (schedules.py).
         if self.pp_schedule == "interleaved" and self.num_micro_batches % self.pp:
             raise ValueError("interleaved 1F1B needs num_micro_batches divisible by pp")
         if self.sequence_parallel and self.tp == 1:
