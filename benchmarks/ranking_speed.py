@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from gpuadvisor.candidates import enumerate_rows, row_plan
-from gpuadvisor.costmodel.batch import evaluate_batch
+from gpuadvisor.costmodel.engine import evaluate_batch
 from gpuadvisor.costmodel.combine import fast_eval, make_context
 from gpuadvisor.costmodel.rules import load_rules
 from gpuadvisor.hardware.presets import load_preset

@@ -1,18 +1,18 @@
-"""Combine the analytical model, the seed rules and the learned correction into an Estimate.
+"""Combine the engine's analytical physics and rules with the learned correction into an Estimate.
 
-    analytical (evaluate) -> rules (penalty/forbid) -> learned factor (Correction.factor)
+    engine (analytical physics + rules, every plan at once) -> learned factor (Correction.factor)
 
-`estimate()` is the public one-plan entry; ranking uses `fast_eval()` on every candidate and
-`to_estimate()` only for the plans it shows.
+`estimate()` is the public one-plan entry (a batch of one); ranking evaluates every candidate in one batch
+and calls `to_estimate()` only for the plans it shows.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from ..schemas import Cluster, Estimate, MemoryBreakdown, Plan, StepBreakdown, Workload, check_plan_for
-from .analytical import Context, Eval, evaluate
+from .analytical import Context
 from .correction import Correction, NoCorrection
-from .rules import apply_rules, load_rules
+from .engine import Eval, evaluate, evaluate_batch, plan_row
 
 __all__ = ["Context", "estimate", "fast_eval", "to_estimate", "single_device_best", "make_context"]
 
@@ -31,36 +31,31 @@ def make_context(cluster: Cluster, workload: Workload) -> Context:
 
 
 def fast_eval(plan: Plan, ctx: Context, rules: Optional[tuple] = None) -> Eval:
-    """Analytical evaluation plus rules (penalties scale throughput, forbid makes it infeasible)."""
-    e = evaluate(plan, ctx)
-    fired, factor, forbid = apply_rules(plan, ctx, load_rules() if rules is None else rules)
-    e.rules, e.factor = fired, factor
-    if factor != 1.0:
-        e.tps *= factor
-        e.step_s /= factor
-    if forbid and e.feasible:
-        e.feasible, e.reason = False, f"forbidden by rule: {forbid}"
-    return e
+    """Analytical evaluation plus rules of one plan (the engine on a batch of one)."""
+    return evaluate(plan, ctx, rules)
 
 
 def single_device_best(ctx: Context) -> Optional[float]:
     """Tokens/s of the best feasible single-device plan (the baseline of scaling efficiency)."""
     if ctx.single_best_tps is not None:
         return ctx.single_best_tps or None
-    best = 0.0
     gb = ctx.gb
-    for mb in [d for d in range(1, gb + 1) if gb % d == 0]:
-        for rc in (False, True):
-            for zero, off in ((0, False), (1, True)):
-                p = Plan(micro_batch_size=mb, num_micro_batches=gb // mb, recompute=rc, zero_stage=zero,
-                         zero_offload=off, nodes=1, devices_per_node=1)
-                e = evaluate(p, ctx)
-                if e.feasible and e.tps > best:
-                    best = e.tps
-        if best and mb > 64:
-            break
+    plans = [Plan(micro_batch_size=mb, num_micro_batches=gb // mb, recompute=rc, zero_stage=zero,
+                  zero_offload=off, nodes=1, devices_per_node=1)
+             for mb in _single_micro_batches(gb)
+             for rc in (False, True) for zero, off in ((0, False), (1, True))]
+    b = evaluate_batch([plan_row(p) for p in plans], ctx, rules=())
+    best = float(b.analytical_tps[b.feasible].max()) if b.feasible.any() else 0.0
     ctx.single_best_tps = best
     return best or None
+
+
+def _single_micro_batches(gb: int) -> list[int]:
+    """Micro-batch sizes tried on one device: the divisors of gb up to 64 and the next one (O(sqrt gb) work)."""
+    from ..candidates import divisors
+    ds = divisors(gb)
+    small = [d for d in ds if d <= 64]
+    return small + [d for d in ds if d > 64][:1]
 
 
 def to_estimate(e: Eval, ctx: Context, price_per_gpu_hour: Optional[float] = None) -> Estimate:

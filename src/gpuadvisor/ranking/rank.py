@@ -6,11 +6,12 @@ from typing import Optional
 
 import numpy as np
 
-from ..costmodel.combine import apply_correction, fast_eval, make_context, to_estimate
+from ..costmodel.calibration import load_calibration
+from ..costmodel.combine import apply_correction, make_context, to_estimate
 from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
-from ..candidates import SearchSpace, enumerate_rows, row_plan
-from ..costmodel.batch import evaluate_batch
+from ..candidates import SearchSpace, enumerate_rows
+from ..costmodel.engine import MEMORY_TIGHT, evaluate_batch
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, Ranking, Workload
 
@@ -22,56 +23,71 @@ def _shape(p) -> tuple:
     return (p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.nodes, p.devices_per_node)
 
 
-def _best_per_shape(rows: list, b, ok: np.ndarray, objective: str) -> dict:
-    """Row index of the best feasible plan of each shape, shapes in order of first appearance.
+def complexity(dp: float, tp: float, pp: float, zero: float, offload: float, hpz: float = 1) -> float:
+    """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < offload 5, +1 for each of
+    TP and PP and for hpZ. DeepSpeed's guidance orders speed DDP >= ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload when the
+    model fits (DeepSpeed ZeRO tutorial / config docs); every extra parallel dimension is one more thing to tune
+    and debug (torchtitan enables them one at a time)."""
+    return zero + 2.0 * offload + (tp > 1) + (pp > 1) + (hpz > 1)
 
-    Same choice as comparing _key plan by plan in enumeration order (the first of equal keys wins).
+
+def _simpler_margin() -> float:
+    """Throughput a plan gives up per step of complexity before a simpler plan ranks above it."""
+    return float(load_calibration().get("ranking", {}).get("simpler_margin_per_step", 0.0))
+
+
+def _scores(rows: list, b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, np.ndarray]:
+    """(primary, secondary) sort keys of the feasible rows `ok`, lower first.
+
+    Plans above MEMORY_TIGHT of device memory sort after every plan below it; then by the objective, where the
+    throughput (and time) objective handicaps each step of `complexity` by the simpler-plan margin, so a simpler
+    plan within the model's uncertainty ranks first.
+    """
+    a = np.asarray([rows[i][:18] for i in ok], dtype=float).reshape(len(ok), 18)
+    tps = b.tps[ok]
+    tight = b.tight[ok].astype(float)
+    if objective == "memory":
+        return b.mem_total[ok], -tps
+    if objective == "cost":
+        return tight, (a[:, 0] * a[:, 1] * a[:, 2]) / tps
+    c = complexity(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 15])
+    return tight, -tps * (1.0 - _simpler_margin()) ** c
+
+
+def _best_per_shape(rows: list, b, ok: np.ndarray, objective: str) -> tuple[dict, dict]:
+    """({shape id: row index of its best plan} in order of first appearance, {row index: sort key}).
+
+    Within a shape the first of equal keys in enumeration order wins.
     """
     if not len(ok):
-        return {}
-    a = np.asarray([rows[i][:17] for i in ok], dtype=float)
-    shape_cols = a[:, [0, 1, 2, 3, 4, 16]]
-    gpn = np.asarray([rows[i][17] for i in ok], dtype=float)
-    tps = b.tps[ok]
-    if objective == "memory":
-        k1, k2 = b.mem_total[ok], -tps
-    elif objective == "cost":
-        k1, k2 = (a[:, 0] * a[:, 1] * a[:, 2]) / tps, -tps
-    else:
-        k1, k2 = -tps, np.zeros(len(ok))
-    shapes = np.column_stack([shape_cols, gpn])
+        return {}, {}
+    k1, k2 = _scores(rows, b, ok, objective)
+    shapes = np.asarray([[rows[i][c] for c in (0, 1, 2, 3, 4, 16, 17)] for i in ok], dtype=float)
     _, sid = np.unique(shapes, axis=0, return_inverse=True)
     sid = sid.reshape(-1)
     order = np.lexsort((np.arange(len(ok)), k2, k1, sid))  # by shape, then key, then enumeration order
     first = np.ones(len(order), dtype=bool)
     first[1:] = sid[order][1:] != sid[order][:-1]
     winners = ok[order[first]]
-    # shapes in order of their first appearance in the enumeration
-    appear = {}
-    for j, s in enumerate(sid):
-        if s not in appear:
-            appear[s] = j
+    appear: dict = {}
+    for j, s_ in enumerate(sid):
+        if s_ not in appear:
+            appear[s_] = j
     win_by_sid = dict(zip(sid[order[first]].tolist(), winners.tolist()))
-    return {s: win_by_sid[s] for s in sorted(appear, key=appear.get)}
+    keys = {int(ok[j]): (float(k1[j]), float(k2[j]), j) for j in range(len(ok))}
+    return {s_: win_by_sid[s_] for s_ in sorted(appear, key=appear.get)}, keys
 
 
-def _row_key(objective: str, b, rows: list, i: int) -> tuple:
-    """_key on the batch arrays of row i."""
-    tps = float(b.tps[i])
-    if objective == "memory":
-        return (float(b.mem_total[i]), -tps)
-    if objective == "cost":
-        r = rows[i]
-        return (r[0] * r[1] * r[2] / tps, -tps)
-    return (-tps,)
-
-
-def _key(objective: str, e, price: Optional[float]):
+def _key(objective: str, e, price: Optional[float], margin: float = 0.0) -> tuple:
+    """_scores for one Eval (after the learned correction): memory-tight plans last, then the objective."""
+    p = e.plan
+    tight = float(e.memory_fraction > MEMORY_TIGHT)
     if objective == "memory":
         return (e.mem.total, -e.tps)
     if objective == "cost":
-        return (e.plan.world_size / e.tps, -e.tps)
-    return (-e.tps,)
+        return (tight, p.world_size / e.tps)
+    c = complexity(p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.zero_hpz_partition_size)
+    return (tight, -e.tps * (1.0 - margin) ** c)
 
 
 def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput", top: int = 10,
@@ -93,8 +109,8 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     rules = load_rules()
     space = space or SearchSpace()
     space.memory_limit_bytes = float(ctx.mem_cap)
-    # every candidate as a row, evaluated in one vectorised pass (costmodel/batch.py: same physics as
-    # fast_eval, checked to 1e-9); Plans and Estimates are built only for the plans shown
+    # every candidate as a row, evaluated in one vectorised pass (costmodel/engine.py); Plans and Estimates are
+    # built only for the plans shown
     rows = enumerate_rows(cluster, workload, allow_fewer_devices=allow_fewer_devices,
                           allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
                           space=space)
@@ -104,25 +120,26 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     bad = np.flatnonzero(~b.feasible)
     for i in bad:
         r = b.reason_of(int(i))
-        reasons[r] = reasons.get(r, 0) + 1
-    smallest = fast_eval(row_plan(rows[int(bad[np.argmin(b.mem_total[bad])])]), ctx, rules) if len(bad) else None
+        if r:
+            reasons[r] = reasons.get(r, 0) + 1
+    smallest = b.eval(int(bad[np.argmin(b.mem_total[bad])])) if len(bad) else None
     ok = np.flatnonzero(b.feasible)
     n_ok = len(ok)
-    best = _best_per_shape(rows, b, ok, objective)
+    best, keys = _best_per_shape(rows, b, ok, objective)
     pruned = sum(space.pruned.values())
     for k, v in space.pruned.items():  # plans cut by the enumerator's model-state bound
         reasons[k] = reasons.get(k, 0) + v
     n = n_timed + pruned
     corr = correction or NoCorrection()
     pool_n = top * 3 if not isinstance(corr, NoCorrection) else top
-    # order the shape winners on the batch values (stable: ties keep enumeration order), then build the
-    # reference Eval (fast_eval) only for the pool shown
-    winners = sorted(best.values(), key=lambda i: _row_key(objective, b, rows, i))[:pool_n]
-    pool = [fast_eval(row_plan(rows[i]), ctx, rules) for i in winners]
+    # order the shape winners (stable: ties keep enumeration order); Evals only for the pool shown
+    winners = sorted(best.values(), key=lambda i: keys[i])[:pool_n]
+    pool = [b.eval(i) for i in winners]
     ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr, price_per_gpu_hour), e)
             for e in pool]
     if not isinstance(corr, NoCorrection):
-        ests.sort(key=lambda pe: _key(objective, pe[1], price_per_gpu_hour))
+        margin = _simpler_margin()
+        ests.sort(key=lambda pe: _key(objective, pe[1], price_per_gpu_hour, margin))
     ests = ests[:top]
     tops = [est.model_copy(update={"reasons": _reasons(est, ests[i + 1][0] if i + 1 < len(ests) else None,
                                                         objective)})
@@ -171,6 +188,19 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
     gain, what = diffs[0]
     pct = (ta / tb - 1) * 100 if tb else float("inf")
     why = f"less {what}" if gain > 0 else "a similar breakdown"
+    ca = complexity(a.plan.dp, a.plan.tp, a.plan.pp, a.plan.zero_stage, a.plan.zero_offload,
+                    a.plan.zero_hpz_partition_size)
+    cb = complexity(b.plan.dp, b.plan.tp, b.plan.pp, b.plan.zero_stage, b.plan.zero_offload,
+                    b.plan.zero_hpz_partition_size)
+    frac_b = b.memory.total / b.memory_capacity_bytes if b.memory_capacity_bytes else 0.0
+    if ta < tb and frac_b > MEMORY_TIGHT:
+        why = (f"{_label(b.plan)} needs {frac_b:.0%} of device memory, too close to the limit to run reliably "
+               f"(over {MEMORY_TIGHT:.0%} is ranked last)")
+    elif ta < tb and ca < cb:
+        why = (f"it is simpler ({a.plan.strategy} rather than {b.plan.strategy}) and within "
+               f"{_simpler_margin():.0%} per step of complexity, inside the model's uncertainty")
+    elif ca < cb and gain <= 0:
+        why = f"a similar breakdown and a simpler plan ({a.plan.strategy} rather than {b.plan.strategy})"
     if objective == "cost" and a.plan.world_size < b.plan.world_size:
         why = f"{b.plan.world_size - a.plan.world_size} fewer GPUs for {ta / tb:.2f}x the throughput"
     return [f"{_compare(_label(a.plan), _label(b.plan), pct, objective)}: {why}."]

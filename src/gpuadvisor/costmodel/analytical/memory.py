@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 def state_bytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int]:
@@ -17,29 +20,24 @@ def state_bytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int
     return 2, 2, (12 if adam else 8)
 
 
-def activation_bytes_per_layer(s: int, b: int, h: int, a: int, tp: int = 1, sp: bool = False,
-                               recompute: bool = False, fused_attention: bool = True,
-                               act_bytes: int = 2) -> float:
+def activation_bytes_per_layer(s: int, b: Any, h: int, a: int, tp: Any = 1, sp: Any = False,
+                               recompute: Any = False, fused_attention: bool = True, act_bytes: int = 2) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes).
 
     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
     Table 2: no parallelism s·b·h·(34 + 5·a·s/h); tensor parallel s·b·h·(10 + 24/t + 5·a·s/(h·t));
     tensor + sequence parallel s·b·h·(34/t + 5·a·s/(h·t)); full recompute 2·s·b·h (layer input).
     The 5·a·s/h term (attention scores, softmax, dropout mask) vanishes with fused/flash attention
-    (SDPA), assumed on modern GPUs. The table assumes 16-bit activations; fp32 doubles it.
+    (SDPA), assumed on modern GPUs. The table assumes 16-bit activations; fp32 doubles it. b, tp, sp and
+    recompute may be NumPy arrays (the engine evaluates every plan at once); scalars give a float.
     """
     scale = act_bytes / 2.0
-    sbh = float(s) * b * h
-    if recompute:
-        return 2.0 * sbh * scale / (tp if sp else 1)
+    sbh = float(s) * np.asarray(b, dtype=float) * h
+    tp_ = np.asarray(tp, dtype=float)
     attn = 0.0 if fused_attention else 5.0 * a * s / h
-    if tp == 1:
-        per = 34.0 + attn
-    elif sp:
-        per = 34.0 / tp + attn / tp
-    else:
-        per = 10.0 + 24.0 / tp + attn / tp
-    return sbh * per * scale
+    per = np.where(tp_ == 1, 34.0 + attn, np.where(sp, 34.0 / tp_ + attn / tp_, 10.0 + 24.0 / tp_ + attn / tp_))
+    out = np.where(recompute, 2.0 * sbh * scale / np.where(sp, tp_, 1.0), sbh * per * scale)
+    return float(out) if out.ndim == 0 else out
 
 
 def inflight_microbatches(pp: int, m: int, schedule: str, virtual: int = 1) -> float:

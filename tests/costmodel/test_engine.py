@@ -1,12 +1,12 @@
-"""The vectorised batch path (costmodel/batch.py) agrees with the per-plan reference (fast_eval)."""
+"""The one physics engine (costmodel/engine.py): a plan is a batch of one, breakdowns add up, rows are plans."""
 import random
 
 import numpy as np
 import pytest
 
 from gpuadvisor.candidates import SearchSpace, enumerate_plans, enumerate_rows, row_plan
-from gpuadvisor.costmodel.batch import evaluate_batch
-from gpuadvisor.costmodel.combine import fast_eval, make_context
+from gpuadvisor.costmodel.combine import estimate, fast_eval, make_context
+from gpuadvisor.costmodel.engine import evaluate_batch, plan_row
 from gpuadvisor.costmodel.rules import load_rules
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.ranking import apply_what_if
@@ -34,24 +34,49 @@ def _case(c):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[2] + "@" + c[0] for c in CASES])
-def test_batch_agrees_with_reference(case):
+def test_a_plan_is_a_batch_of_one(case):
+    """Row i of the batch and the same plan evaluated alone agree exactly (plan_row inverts row_plan)."""
     cl, wl, ekw = _case(case)
     ctx, rules = make_context(cl, wl), load_rules()
     rows = enumerate_rows(cl, wl, **ekw)
     b = evaluate_batch(rows, ctx, rules)
-    idx = random.Random(7).sample(range(len(rows)), min(60, len(rows)))
-    n_feasible = 0
+    idx = random.Random(7).sample(range(len(rows)), min(40, len(rows)))
     for i in idx:
-        e = fast_eval(row_plan(rows[i]), ctx, rules)
-        assert bool(b.feasible[i]) == e.feasible, row_plan(rows[i]).to_string()
-        assert b.reason_of(i) == e.reason
-        assert b.mem_total[i] == pytest.approx(e.mem.total, rel=1e-9)
+        plan = row_plan(rows[i])
+        assert plan_row(plan) == tuple(rows[i])
+        e = fast_eval(plan, ctx, rules)
+        assert bool(b.feasible[i]) == e.feasible and b.reason_of(i) == e.reason
+        assert b.mem_total[i] == pytest.approx(e.mem.total, rel=1e-12)
         if e.feasible:
-            n_feasible += 1
-            assert b.tps[i] == pytest.approx(e.tps, rel=1e-9)
-            assert b.step_s[i] == pytest.approx(e.step_s, rel=1e-9)
-            assert b.factor[i] == pytest.approx(e.factor, rel=1e-12)
-    assert n_feasible or not b.feasible.any()
+            assert b.tps[i] == pytest.approx(e.tps, rel=1e-12)
+            assert b.step_s[i] == pytest.approx(e.step_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[2] + "@" + c[0] for c in CASES])
+def test_breakdown_adds_up_to_the_step(case):
+    """compute + exposed communication + bubble + offload + optimizer + overhead = step time (before rules)."""
+    cl, wl, ekw = _case(case)
+    ctx = make_context(cl, wl)
+    rows = enumerate_rows(cl, wl, **ekw)
+    b = evaluate_batch(rows, ctx, ())
+    ok = np.flatnonzero(b.feasible)
+    assert len(ok)
+    for i in random.Random(3).sample(list(ok), min(40, len(ok))):
+        e = b.eval(int(i))
+        parts = e.compute_s + sum(e.comm.values()) + e.bubble_s + e.offload_s + e.optimizer_s + e.overhead_s
+        assert parts == pytest.approx(e.step_s, rel=1e-9), e.plan.to_string()
+        assert e.mem.total == pytest.approx(b.mem_total[i], rel=1e-12)
+
+
+def test_user_plan_knobs_outside_the_rows_count():
+    """zero_overlap_comm=False exposes ZeRO-1's gradient all-reduce: the single-plan path passes it through."""
+    cl = load_preset("a6000-4x-pcie")
+    wl = make_workload("gpt-300m")
+    from gpuadvisor.schemas import Plan
+    on = Plan(dp=4, zero_stage=1, micro_batch_size=2, num_micro_batches=wl.training.global_batch // 8,
+              devices_per_node=4)
+    off = on.model_copy(update={"zero_overlap_comm": False})
+    assert estimate(off, cl, wl).step_time_s > estimate(on, cl, wl).step_time_s
 
 
 def test_rows_are_the_valid_plans_in_order():

@@ -1,0 +1,509 @@
+"""The cost model's one physics engine: every candidate plan at once, as NumPy arrays.
+
+`evaluate_batch(rows, ctx, rules)` takes enumeration rows (candidates.COLUMNS) and computes, per row, peak
+memory per device (and its parts), feasibility (device memory, host RAM for offload, forbid rules), the step
+time and its breakdown (compute, exposed TP/PP/DP/ZeRO communication per link kind, pipeline bubble, offload,
+optimizer, overhead), bytes per link kind and per node NIC, tokens/s, and which rules fired. A single plan is a
+batch of one (`evaluate`). Formulas live in memory.py, compute.py, comm.py and pipeline.py with their sources;
+this module composes them. Rows are plain tuples: no pydantic object is built until a plan is shown.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..schemas import Plan
+from .analytical import Context
+from .analytical.comm import Group
+from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
+from .rules import Rule, load_rules
+
+__all__ = ["Batch", "Eval", "evaluate", "evaluate_batch", "plan_row", "REASONS", "MEMORY_TIGHT"]
+
+# reason codes of the `reason` array (0: feasible)
+REASONS = (None, "out of device memory", "out of host memory for offload")
+# A plan above this fraction of usable device memory is flagged and never ranked first while a plan below it
+# exists: the allocator's fragmentation varies run to run (PyTorch CUDA memory docs: reserved/allocated
+# 1.05-1.2) and the peak of a real step carries temporaries the model does not list (cuBLAS workspaces,
+# NCCL channel buffers grown on demand).
+MEMORY_TIGHT = 0.90
+_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+_SCHEDULES = ("1f1b", "gpipe", "interleaved")
+_HOOKS = ("none", "fp16", "bf16", "powersgd")
+_GB = 1e9
+
+
+def plan_row(p: Plan) -> tuple:
+    """The enumeration row of one Plan (candidates.COLUMNS order; the inverse of candidates.row_plan)."""
+    return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
+            _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, int(p.recompute), int(p.sequence_parallel),
+            _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
+            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.global_batch())
+
+
+class Eval:
+    """One plan's result (row i of a Batch), converted to schemas.Estimate only for the plans shown."""
+
+    __slots__ = ("plan", "feasible", "reason", "step_s", "tps", "analytical_tps", "compute_s", "comm", "bubble_s",
+                 "offload_s", "optimizer_s", "overhead_s", "mem", "link_bytes", "nic_bytes", "rules", "factor",
+                 "learned", "uncertainty", "memory_fraction")
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.feasible, self.reason = True, None
+        self.comm: dict[str, float] = {}
+        self.link_bytes: dict[str, float] = {}
+        self.nic_bytes = 0.0
+        self.rules: list = []
+        self.factor, self.learned, self.uncertainty = 1.0, 1.0, None
+        self.bubble_s = self.offload_s = self.optimizer_s = self.overhead_s = 0.0
+        self.memory_fraction = 0.0
+
+
+def _ring(size, n, bw, lat):
+    """Ring all-reduce 2(n−1)/n·S/B + 2(n−1)·α (Thakur et al. 2005), 0 where n <= 1 or S <= 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = 2.0 * (n - 1) / n * size / (bw * _GB) + 2.0 * (n - 1) * lat * 1e-6
+    return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+def _rs(size, n, bw, lat):
+    """Ring reduce-scatter / all-gather of a full buffer S: (n−1)/n·S/B + (n−1)·α, 0 where n <= 1 or S <= 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (n - 1) / n * size / (bw * _GB) + (n - 1) * lat * 1e-6
+    return np.where((n <= 1) | (size <= 0), 0.0, t)
+
+
+def _overlapped(comm, last, window, contention):
+    """Exposed time of communication beside `window` of compute (PyTorch DDP, Li et al. 2020 §3.2.3).
+
+    The last bucket is always exposed and what exceeds the window is exposed; the hidden part still slows
+    compute by `contention` (NCCL kernels share SMs and HBM: Jangda et al. 2022 §2).
+    """
+    hidden = np.maximum(0.0, np.minimum(comm - last, window))
+    return np.where(comm <= 0, 0.0, comm - hidden + contention * hidden)
+
+
+class _G:
+    """Group attributes of each row as arrays (from Topology.group, one call per distinct degree tuple)."""
+
+    def __init__(self, ctx: Context, kind: str, keys: np.ndarray, uniq: list):
+        groups: list[Group] = [ctx.topo.group(kind, dp, tp, pp, nodes, gpn, _ORDERS[o])
+                               for dp, tp, pp, nodes, gpn, o in uniq]
+
+        def arr(attr: str) -> np.ndarray:
+            return np.array([getattr(g, attr) for g in groups], dtype=float)[keys]
+        self.n, self.nodes, self.per_node = arr("n"), arr("nodes"), arr("per_node")
+        self.bw, self.lat, self.intra_bw, self.intra_lat = (arr("bw_gb_per_s"), arr("latency_us"), arr("intra_bw"),
+                                                            arr("intra_lat"))
+        self.net_bw_per_flow, self.flows = arr("net_bw_per_flow"), arr("flows_per_nic")
+        self.shared_chain = arr("shared_chain")
+        self.kind_u = [g.kind for g in groups]
+        self.kind = np.array(self.kind_u, dtype=object)[keys]
+        self.keys = keys
+
+    def allreduce(self, size, hier_min: int):
+        """All-reduce on the placed group: min of the flat ring and the hierarchical (2D) algorithm.
+
+        Hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/g by each local rank in parallel (the
+        g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split (Jeaugey, "Massively
+        scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
+        """
+        flat = _ring(size, self.n, self.bw, self.lat)
+        use = (self.nodes >= hier_min) & (self.per_node > 1) & (self.intra_bw != np.inf) & (self.n > 1)
+        if not use.any():
+            return flat
+        k, m = self.nodes, self.per_node
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inter_bw = np.where(self.flows > 0, self.net_bw_per_flow / m, self.bw)
+            hier = (_rs(size, m, self.intra_bw, self.intra_lat) + _ring(size / m, k, inter_bw, self.lat)
+                    + _rs(size, m, self.intra_bw, self.intra_lat))
+        return np.where(use, np.minimum(flat, hier), flat)
+
+    def rs(self, size):
+        return _rs(size, self.n, self.bw, self.lat)
+
+    def per_kind(self, table: dict, default: float) -> np.ndarray:
+        """A per-link-kind constant (TP comm efficiency, DDP contention, P2P call cost) for each row."""
+        return np.array([table.get(k, default) for k in self.kind_u], dtype=float)[self.keys]
+
+
+class Batch:
+    """Arrays of one evaluation (index i = row i). `eval(i)` gives row i as an Eval with its breakdown."""
+
+    def __init__(self, n: int):
+        self.n = n
+        z = np.zeros(n)
+        self.feasible = np.zeros(n, dtype=bool)
+        self.reason = np.zeros(n, dtype=np.int64)
+        self.forbid: list[Optional[str]] = [None] * n
+        self.mem_total = self.step_s = self.tps = self.analytical_tps = z
+        self.factor = np.ones(n)
+        self.memory_fraction = z
+        self.parts: dict[str, np.ndarray] = {}
+        self.times: dict[str, np.ndarray] = {}
+        self.comm: list[tuple[str, np.ndarray, np.ndarray]] = []   # (label, kind per row, seconds)
+        self.links: list[tuple[np.ndarray, np.ndarray]] = []       # (kind per row, bytes)
+        self.nic_bytes = z
+        self.hits: list[tuple[Rule, np.ndarray]] = []
+        self.rows: Sequence[tuple] = []
+
+    def reason_of(self, i: int) -> Optional[str]:
+        """Infeasibility reason of row i, None if feasible."""
+        if self.forbid[i]:
+            return self.forbid[i]
+        return REASONS[int(self.reason[i])]
+
+    @property
+    def tight(self) -> np.ndarray:
+        """Rows above MEMORY_TIGHT of usable device memory."""
+        return self.memory_fraction > MEMORY_TIGHT
+
+    def eval(self, i: int, plan: Optional[Plan] = None) -> Eval:
+        """Row i as an Eval (plan built from the row unless given)."""
+        from ..candidates import row_plan
+        e = Eval(plan if plan is not None else row_plan(self.rows[i]))
+        e.feasible, e.reason = bool(self.feasible[i]), self.reason_of(i)
+        e.step_s, e.tps = float(self.step_s[i]), float(self.tps[i])
+        e.analytical_tps = float(self.analytical_tps[i])
+        e.factor = float(self.factor[i])
+        e.memory_fraction = float(self.memory_fraction[i])
+        e.mem = MemoryParts(**{k: float(v[i]) for k, v in self.parts.items()})
+        e.rules = [r for r, hit in self.hits if hit[i]]
+        if not e.feasible and not self.forbid[i]:
+            e.step_s, e.tps, e.analytical_tps, e.compute_s = float("inf"), 0.0, 0.0, 0.0
+            return e
+        e.compute_s = float(self.times["compute"][i])
+        e.bubble_s, e.offload_s = float(self.times["bubble"][i]), float(self.times["offload"][i])
+        e.optimizer_s, e.overhead_s = float(self.times["optimizer"][i]), float(self.times["overhead"][i])
+        for label, kinds, secs in self.comm:
+            if secs[i] > 0:
+                key = f"{label}@{kinds[i]}"
+                e.comm[key] = e.comm.get(key, 0.0) + float(secs[i])
+        for kinds, nbytes in self.links:
+            if nbytes[i] > 0:
+                e.link_bytes[kinds[i]] = e.link_bytes.get(kinds[i], 0.0) + float(nbytes[i])
+        e.nic_bytes = float(self.nic_bytes[i])
+        return e
+
+
+def evaluate(plan: Plan, ctx: Context, rules: Optional[tuple[Rule, ...]] = None) -> Eval:
+    """One plan: a batch of one (its own allgather bucket and overlap setting included)."""
+    b = evaluate_batch([plan_row(plan)], ctx, rules, ag_bucket=[plan.zero_allgather_bucket_size],
+                       overlap=[plan.zero_overlap_comm])
+    return b.eval(0, plan)
+
+
+def _unique_degrees(a: np.ndarray) -> tuple[np.ndarray, list]:
+    """(key per row, distinct (dp, tp, pp, nodes, gpn, order) tuples) for group placement."""
+    deg = a[:, [0, 1, 2, 16, 17, 11]].astype(np.int64)
+    uniq_arr, keys = np.unique(deg, axis=0, return_inverse=True)
+    return keys.reshape(-1), [tuple(int(x) for x in u) for u in uniq_arr]
+
+
+def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Rule, ...]] = None, *,
+                   ag_bucket: Optional[Sequence[float]] = None, overlap: Optional[Sequence[bool]] = None) -> Batch:
+    """Evaluate every row (candidates.COLUMNS): memory, feasibility, step time and its parts, traffic, rules.
+
+    `ag_bucket` / `overlap`: DeepSpeed allgather_bucket_size and overlap_comm per row (enumerated plans use
+    500M elements and overlap on, the defaults).
+    """
+    b = Batch(len(rows))
+    b.rows = rows
+    if not len(rows):
+        return b
+    a = np.asarray(rows, dtype=float)
+    (dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn) = a.T[:18]
+    off, rc, sp = off > 0, rc > 0, sp > 0
+    agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
+    ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
+    keys, uniq = _unique_degrees(a)
+    g_tp, g_dp, g_pp = (_G(ctx, k, keys, uniq) for k in ("tp", "dp", "pp"))
+
+    # ---- memory (memory.py) ----
+    layers, first, last = _stage_params(ctx, pp)
+    mem = _memory(ctx, a, layers, first / tp, last / tp, agb)
+    b.parts = mem
+    total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
+        + mem["comm_buffers"] + mem["framework"]
+    b.mem_total = total
+    b.memory_fraction = total / ctx.mem_cap
+    reason = np.zeros(len(a), dtype=np.int64)
+    reason[off & bool(ctx.host_ram) & (mem["host"] * gpn > ctx.host_ram * ctx.host_usable)] = 2
+    reason[total > ctx.mem_cap] = 1
+    b.reason = reason
+    ok = reason == 0
+
+    # ---- compute of one micro-batch on the busiest stage (compute.py) ----
+    tokens = mb * ctx.s
+    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens)
+    # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
+    # them past their thresholds: docs/cost-model.md, known gaps)
+    t_mb = layers * t_layer + t_head + layers * t_host
+
+    # ---- tensor parallel: 2 all-reduces fwd + 2 bwd per layer per micro-batch (Shoeybi et al. 2019 §3,
+    # Fig. 4), +2 with full recompute (forward replayed); SP turns them into RS+AG of equal volume. Critical path.
+    size = tokens * ctx.h * ctx.act_bytes
+    n_coll = layers * np.where(rc, 6.0, 4.0)
+    calls = np.where(sp, 2.0, 1.0)
+    t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, ctx.hier_min) / g_tp.per_kind(ctx.tp_eff, 1.0)
+                                      + calls * ctx.tp_call_s), 0.0)
+    tp_sent = np.where(tp > 1, m * n_coll * 2.0 * (tp - 1) / tp * size, 0.0)
+
+    # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
+    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, zero, hpz, rc, layers, t_layer, t_head)
+
+    # ---- pipeline (pipeline.py): P2P of b·s·h/t per micro-batch per boundary, fwd and bwd ----
+    psize = tokens * ctx.h * ctx.act_bytes / tp
+    call = g_pp.per_kind(ctx.p2p_call_by_link, ctx.p2p_call_s) * np.maximum(1.0, g_pp.shared_chain)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_p2p = g_pp.lat * 1e-6 + psize / (g_pp.bw * _GB) + call
+    n_x = np.where(v > 1, 2.0 * v, np.where(pp >= 3, 2.0, 1.0))
+    stage = t_mb + t_tp + z3_mb + n_x * t_p2p
+    # (m + (p−1)/v)·t_stage for GPipe and 1F1B with any m (m < p too: Megatron's warm-up is min(p−rank−1, m))
+    bubble = np.where(pp > 1, (pp - 1) / v * stage, 0.0)
+    step = np.where(pp > 1, m * stage + bubble, m * (t_mb + t_tp + z3_mb))
+    t_pp = np.where(pp > 1, m * n_x * t_p2p, 0.0)
+    pp_sent = np.where(pp > 1, m * 2 * v * psize, 0.0)
+    if ctx.transformer and ctx.tied:
+        # tied embeddings: the V×h gradient all-reduced between first and last stage (Megatron
+        # finalize_model_grads, ColossalAI sync_shared_params); exposed after the flush
+        emb = float(ctx.V) * ctx.h / tp * ctx.zero_gbytes
+        t_emb = np.where(pp > 1, _ring(emb, np.full_like(pp, 2.0), g_pp.bw, g_pp.lat) + ctx.call_s, 0.0)
+        step = step + t_emb
+        t_pp = t_pp + t_emb
+        pp_sent = pp_sent + np.where(pp > 1, emb, 0.0)
+
+    # ---- data parallel: DDP / ZeRO-1/2 gradient sync, offload, optimizer ----
+    n_dev = np.maximum(first, last) / tp
+    exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
+                                                                 n_dev, t_mb, gpn, ovl)
+    z3_total = m * z3_mb
+    step_s = step + exposed + offload + opt + ctx.step_overhead
+    tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
+    b.times = {"compute": m * t_mb, "bubble": bubble, "offload": offload, "optimizer": opt,
+               "overhead": np.full(len(a), ctx.step_overhead)}
+    b.comm = [("tp", g_tp.kind, m * t_tp), ("pp", g_pp.kind, t_pp), ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
+              ("zero", g_dp.kind, np.where(zero > 0, exposed + z3_total, 0.0))]
+    dp_all = dp_sent + m * z3_sent
+    b.links = [(g_tp.kind, tp_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
+               (np.full(len(a), "host", dtype=object), host_bytes)]
+    b.nic_bytes = g_tp.flows * tp_sent + g_pp.flows * pp_sent / 2.0 + g_dp.flows * dp_all
+    b.analytical_tps = np.where(ok, tps, 0.0)
+
+    # ---- rules (rules.py): penalties scale throughput, forbid makes a plan infeasible ----
+    rules = load_rules() if rules is None else rules
+    factor = np.ones(len(a))
+    if rules:
+        feats = _features(ctx, a, g_tp, g_dp, g_pp)
+        for r in rules:
+            hit = np.broadcast_to(np.asarray(r.vcond(feats), dtype=bool), (len(a),))
+            b.hits.append((r, hit))
+            if r.severity == "penalty":
+                factor = np.where(hit, factor * r.factor, factor)
+            elif r.severity == "forbid":
+                for i in np.flatnonzero(hit & ok):
+                    if b.forbid[i] is None:
+                        b.forbid[i] = f"forbidden by rule: {r.message}"
+    b.factor = factor
+    b.step_s = np.where(ok, step_s / factor, np.inf)
+    b.tps = np.where(ok, tps * factor, 0.0)
+    b.feasible = ok & np.array([f is None for f in b.forbid], dtype=bool)
+    return b
+
+
+def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(layers per stage, first-stage params, last-stage params): embedding first, LM head last."""
+    if not ctx.transformer:
+        full = np.full_like(pp, float(ctx.params))
+        return np.ones_like(pp), full, full
+    layers = np.ceil(ctx.L / pp)
+    first = np.where(pp == 1, float(ctx.params), layers * ctx.p_layer + ctx.p_emb)
+    # the last stage holds the LM head: a tied head keeps its own copy of the word embedding
+    last = np.where(pp == 1, float(ctx.params), layers * ctx.p_layer + (ctx.p_head or ctx.V * ctx.h) + 2 * ctx.h)
+    return layers, first, last
+
+
+def _act(ctx: Context, mb, tp, sp, rc):
+    """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer)."""
+    return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes)
+
+
+def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, agb) -> dict[str, np.ndarray]:
+    """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
+    dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
+    hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
+    off, rc, sp = off > 0, rc > 0, sp > 0
+    if ctx.transformer:
+        act1 = _act(ctx, mb, tp, sp, rc)
+        # the layer being recomputed holds its full activations
+        full = np.where(rc, _act(ctx, mb, tp, sp, np.zeros_like(rc)), 0.0)
+        # GPipe keeps all m micro-batches (Huang et al. 2019); 1F1B min(p, m) (Narayanan et al. 2021 §2.2.1);
+        # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
+        inflight = np.where(pp == 1, 1.0, np.where(sched == 1, m, np.where(
+            sched == 2, np.minimum(m, pp * (1.0 + (pp - 1) / (pp * v))), np.minimum(pp, m))))
+        acts0 = layers * act1 * inflight + full
+        acts_last = layers * act1 + full
+        logits = 4.0 * ctx.s * mb * ctx.V / tp  # fp32 logits for the loss, vocab-parallel (memory.logits_bytes)
+    else:
+        acts0 = acts_last = ctx.act_per_sample * mb
+        logits = np.zeros_like(mb)
+    p0 = _device(ctx, first_t, acts0, np.where(pp == 1, logits, 0.0), dp, tp, pp, zero, off, hpz, zrb, bucket_mb,
+                 agb)
+    p1 = _device(ctx, last_t, acts_last, logits, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb)
+    heavier = p1["_total"] > p0["_total"]
+    return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
+
+
+def _device(ctx: Context, params, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb) -> dict:
+    """Memory parts of one device holding `params` (its stage's TP shard).
+
+    ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
+    ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (the
+    parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
+    Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
+    """
+    wb, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
+    w, g, o = params * wb, params * gbb, params * ob
+    o = np.where(zero >= 1, o / dp, o)
+    g = np.where(zero >= 2, g / dp, g)
+    w = np.where(zero >= 3, w / dp + np.where(hpz > 1, params * wb / hpz, 0.0), w)
+    host = np.where(off, o + params * 4.0 / dp + np.where(zero >= 3, params * wb / dp, 0.0), 0.0)
+    w = np.where(off & (zero >= 3) & (hpz == 1), params * wb / dp, w)
+    o = np.where(off, 0.0, o)
+    zg = ctx.zero_gbytes
+    # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
+    gathered = np.where(zero >= 3, 2.0 * ctx.p_layer / tp * wb, 0.0) if ctx.transformer else 0.0
+    buf = np.where(zero > 0, 2 * np.minimum(zrb, params) * zg + np.minimum(agb, params) * zg,
+                   np.where(dp > 1, 2 * bucket_mb * 2 ** 20, 0.0)) + gathered
+    live = w + g + o + acts + lg + buf
+    peers = (dp > 1).astype(float) + (tp > 1) + 2.0 * (pp > 1)
+    fw = ctx.cuda_ctx + peers * ctx.nccl_peer + ctx.frag * live
+    return {"weights": w, "gradients": g, "optimizer": o, "activations": acts, "logits": lg + 0.0 * w,
+            "comm_buffers": buf, "framework": fw, "host": host, "_total": live + fw}
+
+
+def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
+
+    GEMMs at the family's saturating efficiency over the GEMM size (compute.gemm_size), non-GEMM work as bytes
+    over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
+    host's dispatch of the layer's kernels (compute.launch_time_s). Full recompute replays the forward (×4/3).
+    """
+    if not ctx.transformer:
+        flops = mb * ctx.fps
+        x = flops / 1e9
+        t = flops / (ctx.rate_max * x / (x + ctx.x_half))
+        return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
+    extra = np.where(rc, 4.0 / 3.0, 1.0)
+    x = tokens * ctx.h / tp / 1e6
+    rate = ctx.rate_max * x / (x + ctx.x_half)
+    t_layer = tokens * ctx.layer_fpt * extra / tp / rate
+    t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
+    t_head = tokens * ctx.head_fpt / tp / rate
+    t_host = extra * ctx.kpl * ctx.launch_us * 1e-6
+    return t_layer, t_head, t_host
+
+
+def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_layer, t_head):
+    """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
+
+    FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
+    reduce-scatter its gradients after the backward; the next layer's gather is prefetched while the current
+    layer computes, so it hides only behind that layer's compute (Zhao et al. 2023, "PyTorch FSDP", §3.3-3.4
+    backward/forward prefetch; Rajbhandari et al. 2021, ZeRO-Infinity §6.2 overlap-centric design). The first
+    gather of the forward and the last reduce-scatter of the backward have nothing to hide behind; the
+    embedding/head weights are gathered with the first/last layer. Hidden traffic still costs `zero3_contention`.
+    hpZ makes the backward gather node-local (ZeRO++ §3.2).
+    """
+    if not ctx.transformer:
+        layers = np.ones_like(dp)
+    wb = ctx.zero_gbytes
+    per_layer = ctx.p_layer / tp * wb
+    ag = g.rs(per_layer) + ctx.call_s
+    ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s, ag)
+    rs = g.rs(per_layer) + ctx.call_s
+    extra = np.where(rc, 4.0 / 3.0, 1.0)
+    t_f = t_layer / (3.0 * extra)              # forward ≈ 1/3 of a layer's fwd+bwd FLOPs (PaLM app. B: 2N vs 4N)
+    t_b = t_layer - t_f                        # backward (and the replayed forward with recompute)
+    ends = (ctx.p_emb + ctx.p_head) / tp * wb if ctx.transformer else 0.0
+    t_ends = 2.0 * g.rs(ends) + g.rs(ends)     # gather fwd + bwd, reduce-scatter, of embedding/head
+    fwd_exp = (layers - 1) * np.maximum(0.0, ag - t_f) + ag
+    bwd_exp = (layers - 1) * np.maximum(0.0, ag_bwd + rs - t_b) + rs
+    hidden = (layers - 1) * (np.minimum(ag, t_f) + np.minimum(ag_bwd + rs, t_b))
+    exposed = fwd_exp + bwd_exp + np.maximum(0.0, t_ends - t_head) + ctx.z3_contention * hidden
+    n = g.n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sent = layers * per_layer * (n - 1) / n * np.where(hpz > 1, 2.0, 3.0) + 3.0 * ends * (n - 1) / n
+    on = (zero >= 3) & (dp > 1)
+    return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
+
+
+def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, t_mb, gpn, ovl):
+    """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
+
+    DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
+    accumulation (no_sync), overlapped with the last micro-batch's backward; fp16/bf16 hooks halve the bytes,
+    PowerSGD compresses (Vogels et al. 2019). ZeRO (Rajbhandari et al. 2020 §5, §7) sends model-dtype
+    gradients in reduce_bucket_size buckets: stage 1 once per step, stage 2 a reduce-scatter per bucket on every
+    micro-step (seed 001 §IV-C), both all-gather the updated parameters after the step. Stage 3's traffic is
+    per layer (_zero3_per_microbatch). Offload: CPU Adam and the host copies (Ren et al. 2021 §4.2).
+    """
+    window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
+    lat = g.lat * 1e-6
+    multi = dp > 1
+    gb_ddp = n_dev * ctx.ddp_gbytes
+    gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
+    ratio = min(1.0, 4 * 2.0 / max(ctx.h if ctx.transformer else 256, 1))  # comm.powersgd_ratio, rank 4
+    gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
+    bucket = bucket_mb * 2 ** 20
+    nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
+    t = g.allreduce(gb_ddp, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
+    last = g.allreduce(np.minimum(bucket, gb_ddp), ctx.hier_min)
+    ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
+    zgb = n_dev * ctx.zero_gbytes
+    zbucket = zrb * ctx.zero_gbytes
+    znb = np.maximum(1.0, np.ceil(zgb / zbucket))
+    ag_after = g.rs(zgb) + ctx.call_s
+    t1 = g.allreduce(zgb, ctx.hier_min) + (znb - 1) * 2 * (dp - 1) * lat + znb * ctx.call_s
+    last1 = g.allreduce(np.minimum(zbucket, zgb), ctx.hier_min)
+    z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
+    t2 = g.rs(zgb) + (znb - 1) * (dp - 1) * lat + znb * ctx.call_s
+    last2 = g.rs(np.minimum(zbucket, zgb))
+    z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
+    exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, 0.0)))
+    exposed = np.where(multi, exposed, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(multi, (dp - 1) / dp, 0.0)
+    sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, 3.0 * frac * zgb,
+                                                              np.where(zero == 2, (m + 1) * frac * zgb, 0.0)))
+    n_opt = np.where(zero >= 1, n_dev / dp, n_dev)
+    cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
+    cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
+    copies = 2 * n_opt * 2 + np.where(zero >= 3, m * 2 * n_opt * 2, 0.0)  # grads down, params up (+ z3 fetches)
+    offload = np.where(off, cpu_adam + copies / ctx.host_bw, 0.0)
+    opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
+    return exposed, sent, offload, opt, np.where(off, copies, 0.0)
+
+
+def _features(ctx: Context, a: np.ndarray, g_tp: _G, g_dp: _G, g_pp: _G) -> dict:
+    """Rule features (rules.FEATURES) over arrays (strings as object arrays)."""
+    dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn = a.T[:18]
+    net = ctx.cluster.network
+    gbit = float("inf")
+    if net is not None:
+        gbit = net.link_speed_gbit_per_s or net.bandwidth_gb_per_s * 8
+    none = np.array("none", dtype=object)
+    return {
+        "world": dp * tp * pp, "dp": dp, "tp": tp, "pp": pp, "zero": zero, "offload": off > 0, "nodes": nodes,
+        "gpn": gpn, "params_m": np.full(len(a), ctx.params / 1e6),
+        "tp_crosses_nodes": (tp > 1) & (g_tp.nodes > 1), "pp_crosses_nodes": (pp > 1) & (g_pp.nodes > 1),
+        "dp_crosses_nodes": (dp > 1) & (g_dp.nodes > 1), "network_gbit": np.where(nodes > 1, gbit, np.inf),
+        "tp_link": np.where(tp > 1, g_tp.kind, none), "dp_link": np.where(dp > 1, g_dp.kind, none),
+        "pp_link": np.where(pp > 1, g_pp.kind, none),
+        "m": m, "mb": mb, "m_over_p": m / pp, "micro_steps": m,
+        "comm_hook": np.array(_HOOKS, dtype=object)[hook.astype(int)], "recompute": rc > 0,
+        "schedule": np.array(_SCHEDULES, dtype=object)[sched.astype(int)], "sequence_parallel": sp > 0,
+        "device": np.full(len(a), ctx.device.kind, dtype=object),
+    }
