@@ -88,8 +88,8 @@ def _decoder_fields(cfg: dict[str, Any], path: Path) -> tuple[str, dict[str, Any
         arch = ",".join(str(a) for a in cfg.get("architectures") or []) or "?"
         what = f"model_type '{model_type}'" if model_type else "no 'model_type' key"
         raise UserError(f"model config {path}: architecture {arch} ({what}) is not supported: its layer layout "
-                        f"is unknown; supported model types: {', '.join(FAMILIES)}; or give the shape as "
-                        "L<layers>-H<hidden>-A<heads>")
+                        f"is unknown; supported model types: {', '.join(FAMILIES)}, gemma3 (its text_config); "
+                        "or give the shape as L<layers>-H<hidden>-A<heads>")
     fam = family.label
     act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu").lower()
     if act not in GATE_ACTS:
