@@ -321,13 +321,15 @@ def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     layers = np.ceil(ctx.L / pp)
     first = np.where(pp == 1, float(ctx.params), layers * ctx.p_layer + ctx.p_emb)
     # the last stage holds the LM head: a tied head keeps its own copy of the word embedding
-    last = np.where(pp == 1, float(ctx.params), layers * ctx.p_layer + (ctx.p_head or ctx.V * ctx.h) + 2 * ctx.h)
+    last = np.where(pp == 1, float(ctx.params),
+                    layers * ctx.p_layer + (ctx.p_head or ctx.V * ctx.h) + ctx.p_final_norm)
     return layers, first, last
 
 
 def _act(ctx: Context, mb, tp, sp, rc):
     """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer)."""
-    return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes)
+    return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
+                                      shape=ctx.shape)
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, agb) -> dict[str, np.ndarray]:

@@ -29,11 +29,32 @@ class ModelSpec(Frozen):
     max_seq_len: int = Field(0, description="Learned position table length (0 for rotary/none)")
     tied_embeddings: bool = True
     n_kv_heads: int = Field(0, description="Key/value heads (grouped-query attention, e.g. Llama-2-70B); 0 = n_heads")
-    mlp: Literal["gelu", "swiglu"] = Field(
+    mlp: Literal["gelu", "swiglu", "geglu"] = Field(
         "gelu",
         description="gelu: GPT-2 block (2-matrix MLP, biases, LayerNorm); "
-        "swiglu: Llama block (3-matrix gated MLP, no biases, RMSNorm)",
+        "swiglu: Llama block (3-matrix gated MLP, no biases, RMSNorm); geglu: gated like swiglu with a GeLU "
+        "gate (Gemma)",
     )
+    # Finer layer shape (all optional; the defaults reproduce the GPT-2 / Llama blocks that `mlp` names).
+    head_dim: int = Field(0, description="Width of one attention head; 0 = d_model / n_heads (Gemma 2: 256)")
+    norm: Optional[Literal["layernorm", "rmsnorm"]] = Field(
+        None, description="LayerNorm (weight + bias, 2h) or RMSNorm (weight, h); None = layernorm for gelu, "
+        "rmsnorm for gated MLPs")
+    norms_per_layer: int = Field(2, description="Norms in one layer: 2 pre-norms; Gemma 2/3 add 2 post-norms (4)")
+    qk_norm: bool = Field(False, description="RMSNorm over head_dim on queries and keys (Qwen3, Gemma 3)")
+    bias: Optional[bool] = Field(
+        None, description="Biases on every linear layer (GPT-2); None = true for gelu, false for gated MLPs")
+    qkv_bias: Optional[bool] = Field(None, description="Biases on the Q/K/V projections only (Qwen2); None = bias")
+    dropout: Optional[bool] = Field(
+        None, description="Dropout masks stored for backward; None = true for gelu (GPT-2 trains with 0.1), "
+        "false for gated MLPs (Llama-family configs have no or 0.0 dropout)")
+    n_experts: int = Field(0, description="Routed experts per MoE layer (Mixtral 8, Qwen3-30B-A3B 128); 0 = dense")
+    experts_per_token: int = Field(0, description="Experts each token is routed to (top-k)")
+    expert_d_ff: int = Field(0, description="Width of one routed expert's MLP; 0 = d_ff")
+    shared_expert_d_ff: int = Field(0, description="Width of the always-active shared expert MLP; 0 = none")
+    sliding_window: int = Field(0, description="Sliding-window attention span in tokens; 0 = full attention")
+    sliding_window_layers: Optional[int] = Field(
+        None, description="How many of the layers use the sliding window (Gemma 2: half); None = all")
     params_override: Optional[int] = Field(None, description="Parameter count for generic models")
     flops_per_sample: Optional[float] = Field(None, description="Training FLOPs per sample (generic models)")
     activation_bytes_per_sample: Optional[float] = Field(None, description="Peak activation bytes per sample (generic)")
@@ -48,10 +69,11 @@ class ModelSpec(Frozen):
                 if getattr(self, f) > MAX_SHAPE[f]:
                     raise ValueError(f"model '{self.name}': {f} {getattr(self, f)} is above {MAX_SHAPE[f]}; "
                                      "check the model's config")
-            if self.d_model % self.n_heads:
+            if self.d_model % self.n_heads and not self.head_dim:
                 raise ValueError(
                     f"model '{self.name}': d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
                 )
+            self._check_moe_and_window()
             if self.n_kv_heads < 0 or (self.n_kv_heads and self.n_heads % self.n_kv_heads):
                 raise ValueError(
                     f"model '{self.name}': n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads}"
@@ -67,28 +89,47 @@ class ModelSpec(Frozen):
                     raise ValueError(f"model '{self.name}': {f} must be a positive finite number, got {v}")
         return self
 
+    def _check_moe_and_window(self) -> None:
+        """Shape fields beyond the basic five: one-line errors naming the field and the fix."""
+        for f in ("head_dim", "n_experts", "experts_per_token", "expert_d_ff", "shared_expert_d_ff",
+                  "sliding_window"):
+            v = getattr(self, f)
+            if v < 0 or v > MAX_SHAPE["d_ff"]:
+                raise ValueError(f"model '{self.name}': {f} {v} must be between 0 and {MAX_SHAPE['d_ff']}")
+        if not 1 <= self.norms_per_layer <= 8:
+            raise ValueError(f"model '{self.name}': norms_per_layer {self.norms_per_layer} must be 1-8")
+        if self.n_experts and not 1 <= self.experts_per_token <= self.n_experts:
+            raise ValueError(f"model '{self.name}': experts_per_token {self.experts_per_token} must be 1 to "
+                             f"n_experts {self.n_experts} for a mixture-of-experts model")
+        if not self.n_experts and (self.experts_per_token or self.shared_expert_d_ff):
+            raise ValueError(f"model '{self.name}': experts_per_token/shared_expert_d_ff need n_experts > 0")
+        swl = self.sliding_window_layers
+        if swl is not None and not (self.sliding_window and 0 <= swl <= self.n_layers):
+            raise ValueError(f"model '{self.name}': sliding_window_layers {swl} needs a sliding_window and "
+                             f"at most n_layers {self.n_layers}")
+
     @property
     def params(self) -> int:
-        """Parameter count from the shape (exact for GPT-2 and Llama checkpoints).
+        """Total parameter count (what memory holds), counted from the layer shapes.
 
-        gelu (GPT-2, Radford et al. 2019): per layer 4h² attention + 2·h·d_ff MLP + biases (5h + d_ff)
-        + two LayerNorms (4h); final LayerNorm 2h. swiglu (Llama, Touvron et al. 2023): per layer
-        2h² + 2·h·h_kv attention (h_kv = h·n_kv_heads/n_heads) + 3·h·d_ff gated MLP + two RMSNorms (2h),
-        no biases; final RMSNorm h. Embeddings V·h plus S·h learned positions, plus V·h for an untied head.
+        The single count lives in `gpuadvisor.workload.shapes` (per layer: attention Q/K/V/O with GQA
+        and head_dim, dense or gated MLP or MoE experts + router, norms, biases where the family has them;
+        plus embeddings, learned positions, untied head and final norm). Generic models: params_override.
         """
         if self.params_override:
             return int(self.params_override)
-        h, L, f = self.d_model, self.n_layers, self.d_ff
-        kv = h * (self.n_kv_heads or self.n_heads) // self.n_heads
-        if self.mlp == "swiglu":
-            per_layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
-            final_norm = h
-        else:
-            per_layer = 2 * h * h + 2 * h * kv + 2 * h * f + 9 * h + f
-            final_norm = 2 * h
-        emb = self.vocab_size * h + self.max_seq_len * h
-        head = 0 if self.tied_embeddings else self.vocab_size * h
-        return int(L * per_layer + emb + head + final_norm)
+        from ..workload.shapes import model_params  # lazy: workload imports this module
+
+        return model_params(self)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through (MoE: top-k routed + shared experts); = params for dense models."""
+        if self.params_override:
+            return int(self.params_override)
+        from ..workload.shapes import model_params
+
+        return model_params(self, active=True)
 
 
 #: Input bounds (beyond them a number is a typo, not a training run).

@@ -43,7 +43,7 @@ def implausible(row: MeasurementRow) -> Optional[str]:
         return None
     wl, plan = row.workload, row.plan
     m = wl.model
-    flops_per_sample = m.flops_per_sample if m.kind != "transformer" else 6.0 * m.params * wl.training.seq_len
+    flops_per_sample = m.flops_per_sample if m.kind != "transformer" else 6.0 * m.active_params * wl.training.seq_len
     peak = _peak_flops(cluster, plan.world_size)
     if not flops_per_sample or peak <= 0:
         return None

@@ -13,7 +13,9 @@ from ..schemas.workload import ModelSpec
 from .convnets import resnet_counts
 
 _SHAPE_KEYS = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len", "tied_embeddings",
-               "n_kv_heads", "mlp")
+               "n_kv_heads", "mlp", "head_dim", "norm", "norms_per_layer", "qk_norm", "bias", "qkv_bias", "dropout",
+               "n_experts", "experts_per_token", "expert_d_ff", "shared_expert_d_ff", "sliding_window",
+               "sliding_window_layers")
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 
@@ -24,6 +26,7 @@ class Preset:
     key: str
     spec: ModelSpec
     published_params: Optional[int] = None
+    published_active_params: Optional[int] = None
     context: int = 0
     default_seq_len: Optional[int] = None
     default_global_batch: Optional[int] = None
@@ -84,6 +87,7 @@ def _build(key: str, entry: dict[str, Any]) -> Preset:
         spec = ModelSpec(name=key, source=source, **{k: entry[k] for k in _SHAPE_KEYS if k in entry})
     return Preset(
         key=key, spec=spec, published_params=entry.get("published_params"),
+        published_active_params=entry.get("published_active_params"),
         context=int(entry.get("context") or spec.max_seq_len),
         default_seq_len=entry.get("default_seq_len"), default_global_batch=entry.get("default_global_batch"),
         default_precision=entry.get("default_precision"), note=note,

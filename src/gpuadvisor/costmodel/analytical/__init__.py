@@ -11,6 +11,7 @@ from ...schemas import Cluster, Workload
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
 from . import compute as K
+from ...workload.shapes import LayerShape, embedding_params, head_params, layer_shape
 
 __all__ = ["Context"]
 
@@ -95,8 +96,10 @@ class Context:
         if self.transformer:
             self.L, self.h, self.a, self.V = m.n_layers, m.d_model, m.n_heads, m.vocab_size
             self.p_layer = K.layer_params(m)
-            self.p_emb = m.vocab_size * m.d_model + m.max_seq_len * m.d_model
-            self.p_head = 0 if m.tied_embeddings else m.vocab_size * m.d_model
+            self.shape: Optional[LayerShape] = layer_shape(m)
+            self.p_emb = embedding_params(m)
+            self.p_head = head_params(m)
+            self.p_final_norm = self.shape.norm_params(m.d_model)
             self.tied = bool(m.tied_embeddings)
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
@@ -104,7 +107,8 @@ class Context:
         else:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
-            self.p_emb = self.p_head = 0
+            self.p_emb = self.p_head = self.p_final_norm = 0
+            self.shape = None
             self.tied = False
             self.layer_fpt = self.head_fpt = 0.0
             self.fps = float(m.flops_per_sample or 0.0)

@@ -2,21 +2,51 @@
 from __future__ import annotations
 
 from ...schemas import ModelSpec
+from ...workload.shapes import layer_shape
 
 
 def layer_params(m: ModelSpec) -> int:
-    """Parameters of one transformer layer: QKV+proj 4h^2, MLP 2·h·d_ff, biases and 2 LayerNorms."""
-    h = m.d_model
-    return 2 * h * m.d_ff + 4 * h * h + 9 * h + m.d_ff
+    """All parameters of one transformer layer (memory): attention with GQA/head_dim, dense, gated or MoE MLP,
+    norms, biases where the family has them — counted in `workload.shapes.LayerShape` (sources there)."""
+    return layer_shape(m).params
+
+
+def layer_active_params(m: ModelSpec) -> int:
+    """Parameters one token goes through in one layer (MoE: router + top-k routed + shared experts)."""
+    return layer_shape(m).active_params
+
+
+def attention_keys_per_query(m: ModelSpec, seq_len: int) -> float:
+    """Keys each query is scored against, averaged over the layers: s, or min(s, window) on sliding layers.
+
+    Sliding-window attention (Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023 §2; Gemma 2, every other
+    layer) limits a query to the last `window` keys. Causal masking is not discounted (as in PaLM app. B):
+    the full s is counted for full-attention layers, as dense attention kernels compute it.
+    """
+    if not m.sliding_window or m.sliding_window >= seq_len:
+        return float(seq_len)
+    sliding = m.n_layers if m.sliding_window_layers is None else m.sliding_window_layers
+    return (sliding * m.sliding_window + (m.n_layers - sliding) * seq_len) / m.n_layers
+
+
+def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token of one layer's score and value matmuls: 12·n_heads·head_dim·keys.
+
+    PaLM (Chowdhery et al. 2022) appendix B: 12·L·H·Q·T per token (H heads of width Q, T keys; forward
+    QK^T and AV 2·2·H·Q·T, backward twice that). GQA shares K/V across heads but every query head still
+    scores every key, so H is n_heads. T = seq_len, or the window on sliding layers.
+    """
+    shape = layer_shape(m)
+    return 12.0 * shape.q_dim * attention_keys_per_query(m, seq_len)
 
 
 def layer_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """Training FLOPs (fwd+bwd) per token of one layer: 6·P_layer + 12·h·s.
+    """Training FLOPs (fwd+bwd) per token of one layer: 6·P_active + 12·n_heads·head_dim·s.
 
-    PaLM (Chowdhery et al. 2022) appendix B: 6N + 12·L·H·Q·T per token; the second term is the
-    attention score/value matmuls, here per layer with H·Q = d_model and T = seq_len.
+    PaLM (Chowdhery et al. 2022) appendix B: 6N + 12·L·H·Q·T per token; N here is the layer's parameters
+    a token passes through (all of them for dense layers, router + top-k + shared experts for MoE).
     """
-    return 6.0 * layer_params(m) + 12.0 * m.d_model * seq_len
+    return 6.0 * layer_active_params(m) + attention_flops_per_token(m, seq_len)
 
 
 def head_flops_per_token(m: ModelSpec) -> float:
@@ -25,7 +55,7 @@ def head_flops_per_token(m: ModelSpec) -> float:
 
 
 def flops_per_token(m: ModelSpec, seq_len: int, recompute: bool = False) -> float:
-    """Whole-model training FLOPs per token: 6N + 12·L·h·s (PaLM app. B); 8N-style with recompute.
+    """Whole-model training FLOPs per token: 6N_active + 12·L·H·Q·s (PaLM app. B); 8N-style with recompute.
 
     Full activation recompute repeats the forward pass (1/3 of 6N): Korthikanti et al. 2022 §5,
     Narayanan et al. 2021 §3.5 (model FLOPs 6N -> hardware FLOPs 8N).

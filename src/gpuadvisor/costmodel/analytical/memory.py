@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Union
 
 import numpy as np
+
+from ...workload.shapes import LayerShape
 
 
 def state_bytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int]:
@@ -20,24 +22,88 @@ def state_bytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int
     return 2, 2, (12 if adam else 8)
 
 
-def activation_bytes_per_layer(s: int, b: Any, h: int, a: int, tp: Any = 1, sp: Any = False,
-                               recompute: Any = False, fused_attention: bool = True, act_bytes: int = 2) -> Any:
-    """Stored activations of one transformer layer for one micro-batch (bytes).
+#: Scalar or NumPy array argument (the vectorised engine passes arrays for b, tp, sp, recompute).
+ArrayLike = Union[int, float, bool, np.ndarray]
 
-    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-    Table 2: no parallelism s·b·h·(34 + 5·a·s/h); tensor parallel s·b·h·(10 + 24/t + 5·a·s/(h·t));
-    tensor + sequence parallel s·b·h·(34/t + 5·a·s/(h·t)); full recompute 2·s·b·h (layer input).
-    The 5·a·s/h term (attention scores, softmax, dropout mask) vanishes with fused/flash attention
-    (SDPA), assumed on modern GPUs. The table assumes 16-bit activations; fp32 doubles it. b, tp, sp and
-    recompute may be NumPy arrays (the engine evaluates every plan at once); scalars give a float.
+
+@dataclass(frozen=True)
+class ActivationTerms:
+    """Stored bytes of one layer per s·b (one token), split as tensor parallelism splits them.
+
+    `replicated`: tensors of width d_model every TP rank holds without sequence parallelism (norm inputs,
+    the inputs of the QKV and first MLP matmuls, dropout masks); `split`: tensors TP shards over heads or
+    MLP columns; `scores_per_s`: the attention score/softmax/dropout bytes per token per key (times s),
+    split by TP, absent with fused attention.
     """
-    scale = act_bytes / 2.0
-    sbh = float(s) * np.asarray(b, dtype=float) * h
-    tp_ = np.asarray(tp, dtype=float)
-    attn = 0.0 if fused_attention else 5.0 * a * s / h
-    per = np.where(tp_ == 1, 34.0 + attn, np.where(sp, 34.0 / tp_ + attn / tp_, 10.0 + 24.0 / tp_ + attn / tp_))
-    out = np.where(recompute, 2.0 * sbh * scale / np.where(sp, tp_, 1.0), sbh * per * scale)
-    return float(out) if out.ndim == 0 else out
+
+    replicated: float
+    split: float
+    scores_per_s: float
+
+
+def activation_terms(shape: LayerShape, act_bytes: int = 2) -> ActivationTerms:
+    """Per-token stored bytes of one layer, term by term as Korthikanti et al. 2022 §4.1 derive them for GPT.
+
+    With d = d_model, q = n_heads·head_dim, k = n_kv_heads·head_dim, f = MLP width per token, e = act_bytes
+    (2 in the paper; masks are 1 byte), a = n_heads:
+    - norms: each stores its input, norms·e·d (paper: 2 LayerNorms, 4sbh); QK-norm stores Q and K, e·(q + k).
+    - attention: the QKV matmul input e·d; Q e·q, K e·k, V e·k (GQA narrows K/V; paper 2+2+2 sbh);
+      the output projection input e·q; the dropout mask after it d (1 byte) when the family uses dropout.
+      Softmax output e·a·s, its dropout mask a·s and the dropout output e·a·s (paper 5as²b) unless the
+      attention is fused (flash/SDPA keeps only the output, already counted, and a per-head logsumexp,
+      neglected: 4·a bytes vs ≥ 8·d).
+    - MLP: its input e·d; GeLU MLP (2 matrices): GeLU input and output e·f each (paper 8sbh + 8sbh at f = 4h);
+      gated (SwiGLU/GeGLU, eager PyTorch): gate output (activation input), activation output, up output and
+      their product (down-projection input), 4·e·f; dropout mask d when used.
+    - MoE (top-k routing): f = k·f_e + f_s, plus the k dispatched copies of the input e·k·d and the router's
+      fp32 probabilities 4·E; both replicated across TP ranks (expert parallelism is not modelled).
+    GPT-2 (d_ff = 4d, LayerNorm, dropout) gives 34·d·e/2 + 5·a·s·e/2 -> the paper's 34sbh + 5as²b; the
+    TP split is replicated 10 + split 24 (paper Table 2: 10 + 24/t).
+    """
+    e = float(act_bytes)
+    d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.mlp_width_per_token
+    mask = 1.0 if shape.dropout else 0.0
+    replicated = shape.norms * e * d + e * d + e * d + 2 * mask * d  # norm inputs, QKV input, MLP input, masks
+    split = e * (q + 2 * k) + e * q  # Q, K, V, output-projection input
+    if shape.qk_norm:
+        split += e * (q + k)
+    split += (4 if shape.gated else 2) * e * f
+    if shape.moe:
+        replicated += e * shape.experts_per_token * d + 4.0 * shape.n_experts
+    scores = shape.n_heads * (2 * e + mask)  # softmax output, dropout output, dropout mask
+    return ActivationTerms(replicated, split, scores)
+
+
+def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLike = 1, sp: ArrayLike = False,
+                               recompute: ArrayLike = False, fused_attention: bool = True,
+                               act_bytes: int = 2, shape: Optional[LayerShape] = None) -> Any:
+    """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
+
+    Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
+    Large Transformer Models", Table 2: no parallelism s·b·h·(34 + 5·a·s/h); tensor parallel
+    s·b·h·(10 + 24/t + 5·a·s/(h·t)); tensor + sequence parallel s·b·h·(34/t + 5·a·s/(h·t)); full
+    recompute 2·s·b·h (layer input). The table assumes 16-bit activations; fp32 doubles it.
+    With `shape` (`workload.shapes.layer_shape(m)`) the same derivation is redone tensor by tensor for the
+    model's widths (`activation_terms`): GQA's narrower K/V, a gated MLP's 4 stored f-wide tensors, MoE
+    top-k copies, no dropout masks for Llama-style families. The 5·a·s/h term (scores, softmax, dropout
+    mask) vanishes with fused/flash attention (SDPA), assumed on modern GPUs. b, tp, sp and recompute may
+    be NumPy arrays (element-wise, same result as scalar calls).
+    """
+    if shape is None:
+        # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
+        terms = ActivationTerms(10.0 * h, 24.0 * h, 5.0 * a)
+        scale = act_bytes / 2.0
+    else:
+        terms = activation_terms(shape, act_bytes)
+        scale = 1.0
+    t = np.asarray(tp, dtype=float)
+    spa = np.asarray(sp, dtype=bool)
+    sb = float(s) * np.asarray(b, dtype=float)
+    scores = 0.0 if fused_attention else terms.scores_per_s * s
+    per_token = np.where(spa, terms.replicated / t, terms.replicated) + (terms.split + scores) / t
+    layer_input = 2.0 * h * act_bytes / 2.0 / np.where(spa, t, 1.0)
+    out = sb * scale * np.where(np.asarray(recompute, dtype=bool), layer_input / scale, per_token)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def inflight_microbatches(pp: int, m: int, schedule: str, virtual: int = 1) -> float:
