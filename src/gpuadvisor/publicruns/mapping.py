@@ -37,8 +37,6 @@ LIMITS: dict[str, str] = {
     "recompute-unstated": "activation checkpointing not stated -> none",
     "selective-recompute": "selective recompute -> none (Plan has full recompute only; selective "
                            "recomputes only the attention core)",
-    "zero-with-tp-pp": "ZeRO / distributed optimizer with TP or PP -> plain data parallel "
-                       "(Plan allows ZeRO with pure DP only)",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
 }
 
@@ -301,10 +299,8 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
         stage = 3
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
-    if stage and (tp > 1 or pp > 1):
-        _limit("zero-with-tp-pp", "ZeRO/FSDP combined with TP or PP", approximate, notes)
-        return 0, False
-    return stage, offload and stage > 0
+    # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
+    return stage, offload and stage > 0 and tp == 1 and pp == 1
 
 
 def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> bool:
