@@ -183,7 +183,8 @@ def rail_key_for(kind: str, speed_gbit_per_s: Optional[float]) -> Optional[str]:
             if n.protocol == proto and n.link_speed_gbit_per_s and not n.key.endswith("-gloo")
             and float(n.link_speed_gbit_per_s) == float(speed_gbit_per_s)]
     rails = [k for k in same if k.endswith(RAIL_SUFFIX)]
-    return (rails or same or [None])[0]
+    best = rails or same
+    return best[0] if best else None
 
 
 def nic_from_key(key: str, name: str, closest_devices: Optional[list[int]] = None) -> Nic:
