@@ -198,17 +198,19 @@ def nic_from_key(key: str, name: str, closest_devices: Optional[list[int]] = Non
 def rate_nic(nic: Nic) -> Nic:
     """`nic` with its rail rate filled in from the catalog: from its `link` class, else from its kind and speed.
 
-    A NIC with an explicit bandwidth keeps it; one the catalog cannot rate stays unrated (not a rail).
+    An explicit bandwidth or latency is kept (its `link` still fills kind and speed); a NIC the catalog cannot
+    rate stays unrated (not a rail).
     Raises ValueError for an unknown `link`.
     """
-    if nic.bandwidth_gb_per_s is not None:
+    if nic.bandwidth_gb_per_s is not None and not nic.link:
         return nic
     key = rail_key(nic.link) if nic.link else rail_key_for(nic.kind, nic.speed_gbit_per_s)
     if key is None:
         return nic
     spec = link_spec(key)
-    upd: dict = {"link": spec.key, "bandwidth_gb_per_s": spec.bandwidth_gb_per_s,
-                 "latency_us": spec.latency_us if nic.latency_us is None else nic.latency_us}
+    upd: dict = {"link": spec.key, "latency_us": spec.latency_us if nic.latency_us is None else nic.latency_us}
+    if nic.bandwidth_gb_per_s is None:
+        upd["bandwidth_gb_per_s"] = spec.bandwidth_gb_per_s
     if nic.speed_gbit_per_s is None:
         upd["speed_gbit_per_s"] = spec.link_speed_gbit_per_s
     if nic.link and nic.kind == "ethernet" and spec.protocol != "tcp":

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
-from ..knowledge import gpu_spec
+from ..knowledge import gpu_spec, link_spec
 from ..safe_yaml import load_user_yaml_node, read_user_text
 from ..schemas.bounds import (MAX_CPU_RANKS, MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_NODES, Count, Index, Latency,
                               LinkBandwidth, LinkSpeed, MemBandwidth, MemoryGiB, PcieGen, PcieWidth, RamGiB, TFlops)
@@ -270,17 +270,33 @@ def _nics(spec: Union[str, list[Nic], None], devices: list[Device], loc: Loc) ->
         if not count.lstrip("+").isdigit() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
             raise _FieldError(loc, f"'{spec}': the NIC count must be a whole number from 1 to {MAX_DEVICES_PER_NODE}")
         try:
-            return [nic_from_key(key, f"rail{i}", [devices[i].index] if i < len(devices) else [])
+            nics = [nic_from_key(key, f"rail{i}", [devices[i].index] if i < len(devices) else [])
                     for i in range(int(count))]
         except (ValueError, UserError) as exc:
             raise _FieldError(loc, f"'{spec}': {exc}") from None
+        return [_pcie_capped(n, devices) for n in nics]
     out = []
     for i, nic in enumerate(spec):
         try:
-            out.append(rate_nic(nic))
+            out.append(_pcie_capped(rate_nic(nic), devices))
         except (ValueError, UserError) as exc:
             raise _FieldError(loc + (i, "link"), str(exc)) from None
     return out
+
+
+def _pcie_capped(nic: Nic, devices: list[Device]) -> Nic:
+    """A catalog-rated rail is at most the GPU-to-NIC PCIe path: GPUDirect RDMA moves the data from GPU memory
+    through one PCIe switch (links.yaml PIX class) at the GPU's gen x width, e.g. a 400 Gb/s port next to an
+    A100 (PCIe 4.0 x16: 31.5 GB/s x 0.80 = 25.2 GB/s) reaches 25.2, not the NDR/RoCE-400 rail rate."""
+    if nic.bandwidth_gb_per_s is None or nic.rate_source != "catalog":
+        return nic
+    near = [d for d in devices if d.index in nic.closest_devices] or devices
+    gens = [g for g in (d.pcie_gen_max or d.pcie_gen for d in near if d.kind == "gpu") if g]
+    widths = [d.pcie_width_max or d.pcie_width or 16 for d in near if d.kind == "gpu"]
+    if not gens:
+        return nic
+    cap = link_spec("PIX", pcie_gen=min(gens), pcie_width=min(widths), p2p=True).bandwidth_gb_per_s
+    return nic if nic.bandwidth_gb_per_s <= cap else nic.model_copy(update={"bandwidth_gb_per_s": round(cap, 3)})
 
 
 def _access(spec: Union[str, AccessSpec, None]) -> NodeAccess:
