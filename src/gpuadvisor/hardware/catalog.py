@@ -1,12 +1,12 @@
 """Catalog lookups that build schema objects: a Device from a GPU spec, a DeviceLink from a link class,
-a Network from a link key. Shared by cluster files, presets and the probe path."""
+a Network from a link key, a Nic (one rail) from a link key. Shared by cluster files, presets and the probe path."""
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from ..knowledge import GpuSpec, gpu_spec, link_spec
-from ..schemas.hardware import Device, DeviceLink, LinkClass, Network, RateSource
+from ..knowledge import GpuSpec, gpu_spec, link_spec, load_links
+from ..schemas.hardware import Device, DeviceLink, LinkClass, Network, Nic, RateSource
 
 GIB = 1024**3
 
@@ -149,3 +149,70 @@ def network_from_key(
         nic=nic,
         rate_source=rate_source,
     )
+
+
+# Nic.kind -> links.yaml protocol of the transport NCCL runs over it (RDMA verbs, or TCP sockets)
+NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
+_NIC_KIND = {"ib": "infiniband", "roce": "roce", "tcp": "ethernet"}
+RAIL_SUFFIX = "-rail"
+
+
+def rail_key(key: str) -> str:
+    """The links.yaml class that rates one port of network class `key` used as a rail: `<key>-rail` if the
+    catalog has it (RDMA ports driven by their own GPU), else `key` itself (Ethernet sockets).
+
+    Raises ValueError for keys that are not network classes.
+    """
+    low = key.strip().lower()
+    keys = load_links().network_keys()
+    if low not in keys or low == "loopback":
+        net = [k for k in keys if k != "loopback" and not k.endswith(RAIL_SUFFIX)]
+        raise ValueError(f"unknown network class '{key}'; use one of {', '.join(net)}")
+    if low.endswith(RAIL_SUFFIX):
+        return low
+    return low + RAIL_SUFFIX if low + RAIL_SUFFIX in keys else low
+
+
+def rail_key_for(kind: str, speed_gbit_per_s: Optional[float]) -> Optional[str]:
+    """The rail class of a port from its kind and speed (same protocol and speed; NCCL transports only,
+    gloo entries excluded), or None when the catalog has none."""
+    proto = NIC_PROTOCOL.get(kind)
+    if proto is None or not speed_gbit_per_s:
+        return None
+    same = [n.key for n in load_links().network
+            if n.protocol == proto and n.link_speed_gbit_per_s and not n.key.endswith("-gloo")
+            and float(n.link_speed_gbit_per_s) == float(speed_gbit_per_s)]
+    rails = [k for k in same if k.endswith(RAIL_SUFFIX)]
+    best = rails or same
+    return best[0] if best else None
+
+
+def nic_from_key(key: str, name: str, closest_devices: Optional[list[int]] = None) -> Nic:
+    """One port of network class `key` rated as a rail (rail_key), e.g. nic_from_key('ib-hdr', 'rail0', [0])."""
+    spec = link_spec(rail_key(key))
+    return Nic(name=name, kind=_NIC_KIND.get(spec.protocol, "unknown"),  # type: ignore[arg-type]
+               speed_gbit_per_s=spec.link_speed_gbit_per_s, closest_devices=list(closest_devices or []),
+               link=spec.key, bandwidth_gb_per_s=spec.bandwidth_gb_per_s, latency_us=spec.latency_us)
+
+
+def rate_nic(nic: Nic) -> Nic:
+    """`nic` with its rail rate filled in from the catalog: from its `link` class, else from its kind and speed.
+
+    An explicit bandwidth or latency is kept (its `link` still fills kind and speed); a NIC the catalog cannot
+    rate stays unrated (not a rail).
+    Raises ValueError for an unknown `link`.
+    """
+    if nic.bandwidth_gb_per_s is not None and not nic.link:
+        return nic
+    key = rail_key(nic.link) if nic.link else rail_key_for(nic.kind, nic.speed_gbit_per_s)
+    if key is None:
+        return nic
+    spec = link_spec(key)
+    upd: dict = {"link": spec.key, "latency_us": spec.latency_us if nic.latency_us is None else nic.latency_us}
+    if nic.bandwidth_gb_per_s is None:
+        upd["bandwidth_gb_per_s"] = spec.bandwidth_gb_per_s
+    if nic.speed_gbit_per_s is None:
+        upd["speed_gbit_per_s"] = spec.link_speed_gbit_per_s
+    if nic.link and nic.kind == "ethernet" and spec.protocol != "tcp":
+        upd["kind"] = _NIC_KIND[spec.protocol]
+    return nic.model_copy(update=upd)

@@ -16,12 +16,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UserError
-from ..knowledge import gpu_spec
+from ..knowledge import gpu_spec, link_spec
 from ..safe_yaml import load_user_yaml_node, read_user_text
 from ..schemas.bounds import (MAX_CPU_RANKS, MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_NODES, Count, Index, Latency,
                               LinkBandwidth, LinkSpeed, MemBandwidth, MemoryGiB, PcieGen, PcieWidth, RamGiB, TFlops)
 from ..schemas.hardware import Cluster, CpuInfo, Device, DeviceLink, Network, Nic, Node, NodeAccess
-from .catalog import GIB, device_from_spec, device_link, network_from_key, parse_link_token
+from .catalog import (GIB, device_from_spec, device_link, network_from_key, nic_from_key, parse_link_token, rail_key,
+                      rate_nic)
 
 Loc = tuple[Union[str, int], ...]
 
@@ -106,7 +107,8 @@ class NodeSpec(_Spec):
         None, description="Link class for all pairs ('PXB', 'NV4'), a matrix, or a topology mapping")
     pcie: Optional[PcieSpec] = None
     device_rates: Optional[DeviceRates] = Field(None, description="Replace the catalog rates of the devices")
-    nics: Optional[list[Nic]] = None
+    nics: Optional[Union[str, list[Nic]]] = Field(
+        None, description="'8x ib-hdr' (count x links.yaml network class: one rail per GPU in order) or a list of NICs")
     cpu: Optional[CpuSpec] = None
     access: Optional[Union[str, AccessSpec]] = Field(None, description="'user@host:port' or a mapping")
 
@@ -119,7 +121,10 @@ class NetworkSpec(_Spec):
     latency_us: Optional[Latency] = None
     protocol: Optional[Literal["tcp", "roce", "ib", "unknown"]] = None
     link_speed_gbit_per_s: Optional[LinkSpeed] = None
-    nic: Optional[str] = None
+    nic: Optional[str] = Field(None, description="The one interface the job uses between nodes (no rails)")
+    nics: Optional[Union[str, list[Nic]]] = Field(
+        None, description="Every node's NICs unless it lists its own: '8x ib-hdr' or a list (rails, "
+                          "docs/cluster-file.md)")
     rate_source: Literal["user", "measured"] = Field("user", description="Where explicit rates come from")
 
 
@@ -252,6 +257,49 @@ def _gpu_entries(gpus: Union[str, list], loc: Loc) -> list[GpuEntry]:
     return out
 
 
+def _nics(spec: Union[str, list[Nic], None], devices: list[Device], loc: Loc) -> list[Nic]:
+    """'8x ib-hdr' -> 8 rails named rail0..7, NIC i closest to the node's i-th device; a list -> each NIC
+    rated from its `link` class, or its kind and speed (knowledge/links.yaml, hardware.catalog.rate_nic)."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        m = _COUNT.match(spec)
+        if m is None and re.match(r"^\s*[-+]?\d", spec):
+            raise _FieldError(loc, f"'{spec}': write '<count>x <network class>', e.g. '8x ib-hdr'")
+        count, key = (m.group(1).replace(" ", ""), m.group(2)) if m else ("1", spec.strip())
+        # NICs per node are bounded like devices per node (schemas/bounds.py)
+        if not count.lstrip("+").isdigit() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
+            raise _FieldError(loc, f"'{spec}': the NIC count must be a whole number from 1 to {MAX_DEVICES_PER_NODE}")
+        try:
+            nics = [nic_from_key(key, f"rail{i}", [devices[i].index] if i < len(devices) else [])
+                    for i in range(int(count))]
+        except (ValueError, UserError) as exc:
+            raise _FieldError(loc, f"'{spec}': {exc}") from None
+        return [_pcie_capped(n, devices) for n in nics]
+    out = []
+    for i, nic in enumerate(spec):
+        try:
+            out.append(_pcie_capped(rate_nic(nic), devices))
+        except (ValueError, UserError) as exc:
+            raise _FieldError(loc + (i, "link"), str(exc)) from None
+    return out
+
+
+def _pcie_capped(nic: Nic, devices: list[Device]) -> Nic:
+    """A catalog-rated rail is at most the GPU-to-NIC PCIe path: GPUDirect RDMA moves the data from GPU memory
+    through one PCIe switch (links.yaml PIX class) at the GPU's gen x width, e.g. a 400 Gb/s port next to an
+    A100 (PCIe 4.0 x16: 31.5 GB/s x 0.80 = 25.2 GB/s) reaches 25.2, not the NDR/RoCE-400 rail rate."""
+    if nic.bandwidth_gb_per_s is None or nic.rate_source != "catalog":
+        return nic
+    near = [d for d in devices if d.index in nic.closest_devices] or devices
+    gens = [g for g in (d.pcie_gen_max or d.pcie_gen for d in near if d.kind == "gpu") if g]
+    widths = [d.pcie_width_max or d.pcie_width or 16 for d in near if d.kind == "gpu"]
+    if not gens:
+        return nic
+    cap = link_spec("PIX", pcie_gen=min(gens), pcie_width=min(widths), p2p=True).bandwidth_gb_per_s
+    return nic if nic.bandwidth_gb_per_s <= cap else nic.model_copy(update={"bandwidth_gb_per_s": round(cap, 3)})
+
+
 def _access(spec: Union[str, AccessSpec, None]) -> NodeAccess:
     if spec is None:
         return NodeAccess()
@@ -371,8 +419,9 @@ def _tokens_from_capture(path: Path, n: int, loc: Loc) -> dict[tuple[int, int], 
     return out
 
 
-def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str]) -> Node:
-    """Expand one concise node into a full Node."""
+def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str],
+          net_nics: Union[str, list[Nic], None] = None) -> Node:
+    """Expand one concise node into a full Node (`net_nics`: the network section's NICs, unless it lists its own)."""
     cpu = _cpu(spec.cpu)
     devices = _devices(spec, cpu, where)
     if spec.device_rates is not None:
@@ -402,7 +451,11 @@ def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str
         access = _access(spec.access)
     except ValueError as exc:
         raise _FieldError(where + ("access",), str(exc)) from None
-    return Node(name=name, devices=devices, links=links, nics=list(spec.nics or []), cpu=cpu, access=access)
+    if spec.nics is not None:
+        nics = _nics(spec.nics, devices, where + ("nics",))
+    else:
+        nics = _nics(net_nics, devices, ("network", "nics"))
+    return Node(name=name, devices=devices, links=links, nics=nics, cpu=cpu, access=access)
 
 
 def _network(spec: Union[str, NetworkSpec, None], loc: Loc) -> Optional[Network]:
@@ -421,11 +474,29 @@ def _network(spec: Union[str, NetworkSpec, None], loc: Loc) -> Optional[Network]
             return net.model_copy(update=upd) if upd else net
     except ValueError as exc:
         raise _FieldError(loc + ("link",) if not isinstance(spec, str) else loc, str(exc)) from None
+    if spec.nics is not None and spec.bandwidth_gb_per_s is None and spec.latency_us is None:
+        key = _nics_class(spec.nics, loc + ("nics",))
+        net = network_from_key(key, nic=spec.nic)
+        return net.model_copy(update={"protocol": spec.protocol}) if spec.protocol else net
     if spec.bandwidth_gb_per_s is None or spec.latency_us is None:
         raise _FieldError(loc, "give 'link: <1gbe|25gbe|ib-hdr|...>' or both bandwidth_gb_per_s and latency_us")
     return Network(bandwidth_gb_per_s=spec.bandwidth_gb_per_s, latency_us=spec.latency_us,
                    protocol=spec.protocol or "unknown", link_speed_gbit_per_s=spec.link_speed_gbit_per_s,
                    nic=spec.nic, rate_source=spec.rate_source)
+
+
+def _nics_class(spec: Union[str, list[Nic]], loc: Loc) -> str:
+    """The links.yaml class of the network section's NICs (what `link:` defaults to when it lists rails)."""
+    try:
+        if isinstance(spec, str):
+            m = _COUNT.match(spec)
+            return rail_key(m.group(2) if m else spec.strip())
+        first = next((n for n in (rate_nic(nic) for nic in spec) if n.link), None)
+    except ValueError as exc:
+        raise _FieldError(loc, str(exc)) from None
+    if first is None or first.link is None:
+        raise _FieldError(loc, "no NIC here has a catalog class; add 'link: <ib-hdr|roce-400g|...>' to the network")
+    return first.link
 
 
 def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = Path("."),
@@ -437,6 +508,7 @@ def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = 
     defaults.pop("name", None)
     defaults.pop("count", None)
     devices = 0
+    net_nics = doc.network.nics if isinstance(doc.network, NetworkSpec) else None
     for i, raw in enumerate(doc.nodes):
         own = raw.model_dump(exclude_unset=True)
         inherited = dict(defaults)
@@ -456,7 +528,7 @@ def expand(doc: ClusterFile, *, default_name: str = "cluster", base_dir: Path = 
             else:
                 name = f"node{len(nodes)}"
             if first is None:  # identical nodes: expand once, then copy under each name
-                first = _node(merged, name, base_dir, where, notes)
+                first = _node(merged, name, base_dir, where, notes, net_nics)
                 devices += len(first.devices) * merged.count
                 if devices > MAX_DEVICES:
                     raise _FieldError(where, f"the cluster would have {devices} devices, above the {MAX_DEVICES} "

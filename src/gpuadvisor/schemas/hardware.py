@@ -82,6 +82,12 @@ class Nic(Frozen):
     operstate: Optional[str] = None
     numa_node: Optional[int] = None
     closest_devices: list[int] = Field(default_factory=list, description="Device indices with the closest path")
+    link: Optional[str] = Field(None, description="knowledge/links.yaml network class of the port, e.g. 'ib-hdr-rail'")
+    bandwidth_gb_per_s: Optional[LinkBandwidth] = Field(
+        None, description="Achievable all-reduce bus bandwidth through this port as one rail, GB/s (None: unknown, "
+                          "the port is not modelled as a rail)")
+    latency_us: Optional[Latency] = Field(None, description="Per-message latency (alpha) through this port, us")
+    rate_source: RateSource = "catalog"
 
 
 class CpuInfo(Frozen):

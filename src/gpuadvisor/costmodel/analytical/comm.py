@@ -3,6 +3,11 @@
 Formulas: Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations
 in MPICH" (ring all-reduce 2(n−1)/n·S/B + 2(n−1)·α; reduce-scatter and all-gather (n−1)/n·S/B +
 (n−1)·α); NCCL's busbw convention (nccl-tests PERFORMANCE.md). B is the slowest hop of the ring.
+
+Across nodes each GPU sends over its rail, the NIC closest to it (DGX/HGX: one NIC per GPU on the GPU's PCIe
+switch). NCCL spreads a ring's channels over the NICs of the ranks it has on a node (NCCL User Guide,
+NCCL_CROSS_NIC / NCCL_IB_HCA; ncclTopoCompute picks each channel's NIC by GPU proximity), so a group crossing
+nodes uses the rails of its members there, and groups whose members share a rail share that NIC.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...schemas import Cluster, LinkClass
+from ...schemas.hardware import Nic, Node
 
 GB = 1e9
 
@@ -59,8 +65,10 @@ class Group:
     intra_lat: float
     intra_kind: str
     net_bw_per_flow: float  # NIC bandwidth per concurrent flow of this group kind (inf if intra)
-    flows_per_nic: int     # concurrent groups leaving the busiest node
+    flows_per_nic: int     # ring hops leaving a node through the busiest NIC (groups sharing it)
     shared_chain: int = 0  # chain hops (i -> i+1, no wrap) over shared PCIe uplinks on the busiest node
+    flows_per_node: int = 0  # ring hops leaving the busiest node over all its NICs (= flows_per_nic with one NIC)
+    rails: int = 0         # NICs one group uses on a node (most over groups; 0 if intra-node)
 
     @property
     def crosses_nodes(self) -> bool:
@@ -97,6 +105,13 @@ class Topology:
         net = cluster.network
         self.net_bw = (net.bandwidth_gb_per_s * net_efficiency) if net else float("inf")
         self.net_lat = net.latency_us if net else 0.0
+        # per node: the NICs inter-node traffic uses as (GB/s, us), and each device position's rails (NIC indices)
+        self.nics: list[list[tuple[float, float]]] = []
+        self.gpu_rails: list[list[tuple[int, ...]]] = []
+        for node in cluster.nodes:
+            rates, owned = node_rails(node, cluster, net_efficiency)
+            self.nics.append(rates)
+            self.gpu_rails.append(owned)
         self._cache: dict[tuple, Group] = {}
 
     def group(self, kind: str, dp: int, tp: int, pp: int, nodes: int, gpn: int, order: str) -> Group:
@@ -136,11 +151,24 @@ class Topology:
                         if i + 1 < n:
                             chain[r // gpn] += 1
         intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
-        span, per_node = 1, 1
+        span, per_node, rails = 1, 1, 0
+        load: dict[tuple[int, int], float] = {}  # (node, NIC) -> hops through it, each split over its group's rails
+        hops: dict[tuple[int, int], int] = {}    # (node, NIC) -> hops that put traffic on it
         for members in groups:
             nodes_of = [r // gpn for r in members]
             span = max(span, len(set(nodes_of)))
             per_node = max(per_node, max(nodes_of.count(x) for x in set(nodes_of)))
+            used: dict[int, set[int]] = {}  # node -> the group's rails there
+            for r in members:
+                used.setdefault(r // gpn, set()).update(self._rails_of(r // gpn, r % gpn))
+            for i, r in enumerate(members):
+                na = r // gpn
+                if members[(i + 1) % n] // gpn != na:
+                    share = used[na]
+                    rails = max(rails, len(share))
+                    for j in share:
+                        load[(na, j)] = load.get((na, j), 0.0) + 1.0 / len(share)
+                        hops[(na, j)] = hops.get((na, j), 0) + 1
             for i, r in enumerate(members):
                 s = members[(i + 1) % n]
                 na, nb = r // gpn, s // gpn
@@ -158,14 +186,87 @@ class Topology:
                     flows[na] += 1
         busiest = max(flows) if flows else 0
         if busiest:
-            per_flow = self.net_bw / busiest
+            # every group moves at the rate its busiest NIC allows: NIC j carries load_j ring flows
+            per_flow, net_lat = inf, 0.0
+            for (na, j), lj in load.items():
+                bw_j, lat_j = self._nic(na, j)
+                per_flow = min(per_flow, bw_j / lj)
+                net_lat = max(net_lat, lat_j)
             bw = min(per_flow, intra_bw)
             kind_s = "network" if per_flow <= intra_bw else intra_kind
-            lat = max(self.net_lat, intra_lat)
+            lat = max(net_lat, intra_lat)
+            nic_flows = max(hops.values())
         else:
-            per_flow, bw, kind_s, lat = inf, intra_bw, intra_kind, intra_lat
-        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, busiest,
-                     max(chain) if chain else 0)
+            per_flow, bw, kind_s, lat, nic_flows, rails = inf, intra_bw, intra_kind, intra_lat, 0, 0
+        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, nic_flows,
+                     max(chain) if chain else 0, busiest, rails)
+
+    def _rails_of(self, node: int, pos: int) -> tuple[int, ...]:
+        """NIC indices device position `pos` of `node` sends over (nodes past the list repeat the last)."""
+        owned = self.gpu_rails[min(node, len(self.gpu_rails) - 1)]
+        return owned[pos] if pos < len(owned) else (0,)
+
+    def _nic(self, node: int, j: int) -> tuple[float, float]:
+        """(GB/s, us) of NIC j of `node`."""
+        rates = self.nics[min(node, len(self.nics) - 1)]
+        return rates[j] if j < len(rates) else (self.net_bw, self.net_lat)
+
+
+# Nic.kind -> Network.protocol of the transport NCCL runs over the port (RDMA verbs, or TCP sockets)
+_NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
+
+
+def rail_nics(node: Node, cluster: Cluster) -> list[Nic]:
+    """The NICs of `node` that carry the job's inter-node traffic as rails, or [] for one shared NIC.
+
+    Rails are the node's rated NICs (Nic.bandwidth_gb_per_s) of the network's protocol and speed. The
+    network alone (one NIC per node at `cluster.network`'s rate, as before rails) applies when the network
+    names its interface (`network.nic`: NCCL_SOCKET_IFNAME / NCCL_IB_HCA pin the job to it), when no NIC
+    matches, and on single-node clusters.
+    """
+    net = cluster.network
+    if net is None or net.nic:
+        return []
+    out = []
+    for nic in node.nics:
+        if nic.bandwidth_gb_per_s is None or _NIC_PROTOCOL.get(nic.kind) != net.protocol:
+            continue
+        if net.link_speed_gbit_per_s and nic.speed_gbit_per_s and nic.speed_gbit_per_s != net.link_speed_gbit_per_s:
+            continue
+        out.append(nic)
+    return out
+
+
+def node_rails(node: Node, cluster: Cluster, net_efficiency: float = 1.0
+               ) -> tuple[list[tuple[float, float]], list[tuple[int, ...]]]:
+    """(each NIC's (GB/s, us), each device position's NIC indices) for inter-node traffic from `node`.
+
+    A device uses the NICs that list it in `closest_devices`; NICs that list none are spread round-robin over
+    the devices that have no NIC yet (then over all); a device left without a NIC of its own shares NIC
+    position % NICs. Without rails every device shares one NIC at the network's rate.
+    """
+    net = cluster.network
+    rails = rail_nics(node, cluster)
+    n_dev = len(node.devices)
+    if not rails or not n_dev:
+        bw = net.bandwidth_gb_per_s * net_efficiency if net else float("inf")
+        return [(bw, net.latency_us if net else 0.0)], [(0,)] * n_dev
+    lat0 = net.latency_us if net else 0.0
+    rates = [(float(nic.bandwidth_gb_per_s or 0.0) * net_efficiency,
+              nic.latency_us if nic.latency_us is not None else lat0) for nic in rails]
+    pos = {d.index: i for i, d in enumerate(node.devices)}
+    owned: list[list[int]] = [[] for _ in range(n_dev)]
+    loose = []
+    for j, nic in enumerate(rails):
+        mine = [pos[d] for d in nic.closest_devices if d in pos]
+        for p in mine:
+            owned[p].append(j)
+        if not mine:
+            loose.append(j)
+    for u, j in enumerate(loose):
+        empty = [p for p in range(n_dev) if not owned[p]]
+        owned[empty[0] if empty else u % n_dev].append(j)
+    return rates, [tuple(o) if o else (p % len(rails),) for p, o in enumerate(owned)]
 
 
 def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> float:
