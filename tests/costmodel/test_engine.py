@@ -22,6 +22,7 @@ CASES = [
     ("dgx-a100-8x", "gpus=4x8", "7B", dict(seq_len=2048, global_batch=256), {}),
     ("workstation-2x4090", None, "1.5B", dict(seq_len=1024, global_batch=16), {}),
     ("hgx-h100-8x", "gpus=4x8", "13B", dict(seq_len=4096, global_batch=64), {}),
+    ("dgx-a100-8x-4nodes-ib-hdr", None, "7B", dict(seq_len=2048, global_batch=256), {}),
 ]
 
 

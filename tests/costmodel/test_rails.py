@@ -6,7 +6,6 @@ import pytest
 
 from gpuadvisor.candidates import enumerate_rows, row_plan
 from gpuadvisor.costmodel.analytical.comm import Topology, group_allreduce_s, node_rails, rail_nics
-from gpuadvisor.costmodel.batch import evaluate_batch
 from gpuadvisor.costmodel.combine import fast_eval, make_context
 from gpuadvisor.costmodel.rules import load_rules
 from gpuadvisor.hardware.cluster_file import cluster_from_dict
@@ -120,17 +119,3 @@ def test_seed_presets_have_no_rails():
         assert all(rail_nics(n, c) == [] for n in c.nodes), name
 
 
-def test_batch_agrees_with_reference_on_rails():
-    cl = load_preset("dgx-a100-8x-4nodes-ib-hdr")
-    wl = make_workload("7B", seq_len=2048, global_batch=256)
-    ctx, rules = make_context(cl, wl), load_rules()
-    rows = enumerate_rows(cl, wl)
-    b = evaluate_batch(rows, ctx, rules)
-    checked = 0
-    for i in random.Random(11).sample(range(len(rows)), min(60, len(rows))):
-        e = fast_eval(row_plan(rows[i]), ctx, rules)
-        assert bool(b.feasible[i]) == e.feasible
-        if e.feasible:
-            checked += 1
-            assert b.step_s[i] == pytest.approx(e.step_s, rel=1e-9)
-    assert checked

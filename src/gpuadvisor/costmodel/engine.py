@@ -98,6 +98,7 @@ class _G:
         self.bw, self.lat, self.intra_bw, self.intra_lat = (arr("bw_gb_per_s"), arr("latency_us"), arr("intra_bw"),
                                                             arr("intra_lat"))
         self.net_bw_per_flow, self.flows = arr("net_bw_per_flow"), arr("flows_per_nic")
+        self.node_flows = arr("flows_per_node")  # over all of the busiest node's NICs (what trials measure)
         self.shared_chain = arr("shared_chain")
         self.kind_u = [g.kind for g in groups]
         self.kind = np.array(self.kind_u, dtype=object)[keys]
@@ -289,7 +290,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     dp_all = dp_sent + m * z3_sent
     b.links = [(g_tp.kind, tp_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
                (np.full(len(a), "host", dtype=object), host_bytes)]
-    b.nic_bytes = g_tp.flows * tp_sent + g_pp.flows * pp_sent / 2.0 + g_dp.flows * dp_all
+    b.nic_bytes = g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
     b.analytical_tps = np.where(ok, tps, 0.0)
 
     # ---- rules (rules.py): penalties scale throughput, forbid makes a plan infeasible ----
