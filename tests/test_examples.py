@@ -101,7 +101,8 @@ def check_api_suggest(out: str, cwd: Path) -> None:
     lines = out.splitlines()
     assert re.match(r"llama on workstation-2x4090: \d+ of \d+ plans fit", lines[0]), out
     rates = [float(m.replace(",", "")) for m in re.findall(r"([\d,]+) tok/s", out)]
-    assert len(rates) == 3 and rates == sorted(rates, reverse=True) and rates[-1] > 0
+    # the ranking prefers the simpler plan within 3 % per complexity step, so #1 is near the fastest, not always it
+    assert len(rates) == 3 and min(rates) > 0 and rates[0] >= 0.85 * max(rates)
     assert any(line.startswith("why: ") for line in lines)
     assert "launch: torchrun" in out
 
