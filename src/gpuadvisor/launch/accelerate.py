@@ -67,6 +67,8 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
     cfg = accelerate_config(launch, precision, ds_file)
     lines = [f"# {marker}: HuggingFace Accelerate config for plan {launch.plan.to_string()}",
              "# start on node i: " + shlex.join(accelerate_launch(launch, "<i>", "train.py"))]
+    if launch.plan.tp > 1:
+        lines.append("# TP: Accelerate shards a transformers (>= 4.52) model by its tp_plan; FSDP2 shards over dp")
     if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
         lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
                      "optimizer; gradients are sharded too)")
