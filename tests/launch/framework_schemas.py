@@ -46,6 +46,8 @@ MEGATRON_FLAGS: dict[str, tuple] = {
     "--untie-embeddings-and-output-weights": (None, None), "--train-iters": (int, None), "--bf16": (None, None),
     "--fp16": (None, None), "--optimizer-cpu-offload": (None, None),
     "--use-precision-aware-optimizer": (None, None), "--lr": (float, None),
+    "--no-gradient-accumulation-fusion": (None, None), "--torch-fsdp2-no-reshard-after-forward": (None, None),
+    "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
 }
 
 
@@ -60,3 +62,29 @@ def megatron_parser():
         else:
             p.add_argument(flag, type=typ, choices=choices)
     return p
+
+
+def megatron_validate(args, world: int, env: dict) -> None:
+    """The checks of Megatron's validate_args (commit above) that concern the flags gpuadvisor writes.
+
+    Raises AssertionError with Megatron's own message, as validate_args does.
+    """
+    assert world % (args.tensor_model_parallel_size * args.pipeline_model_parallel_size) == 0, "world size"
+    dp = world // (args.tensor_model_parallel_size * args.pipeline_model_parallel_size)
+    assert args.global_batch_size % (args.micro_batch_size * dp) == 0, "global batch size"
+    if args.num_layers_per_virtual_pipeline_stage is not None:
+        # p2p overlap is on by default (--no-overlap-p2p-communication turns it off): then pp > 1 suffices
+        assert args.pipeline_model_parallel_size > 1, "interleaved schedule needs pipeline-model-parallel size > 1"
+    if args.overlap_param_gather:
+        assert args.use_distributed_optimizer, "--overlap-param-gather only supported with distributed optimizer"
+        assert args.overlap_grad_reduce, "Must use --overlap-param-gather with --overlap-grad-reduce"
+    if args.use_torch_fsdp2:
+        assert args.pipeline_model_parallel_size == 1, "--use-torch-fsdp2 is not supported with pipeline parallel"
+        assert not args.use_distributed_optimizer, "--use-torch-fsdp2 is not supported with distributed optimizer"
+        assert args.no_gradient_accumulation_fusion, "--use-torch-fsdp2 is not supported with grad accumulation fusion"
+        assert (args.ckpt_format or "torch_dist") in ("torch_dist", "torch_dcp"), "--use-torch-fsdp2 needs torch_dist"
+        assert args.untie_embeddings_and_output_weights, "--use-torch-fsdp2 needs --untie-embeddings-and-output-weights"
+        assert not args.fp16, "--use-torch-fsdp2 not supported with fp16 yet"
+        assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS > 1"
+    if args.optimizer_cpu_offload:
+        assert args.use_precision_aware_optimizer, "optimizer cpu offload needs --use-precision-aware-optimizer"

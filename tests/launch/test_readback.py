@@ -6,6 +6,7 @@ import json
 import pytest
 
 from gpuadvisor.cli import main
+from gpuadvisor.errors import UserError
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.launch import build_launch, emit, make_job
 from gpuadvisor.launch.readback import read_config
@@ -34,8 +35,6 @@ def test_round_trip(tmp_path, spec, name):
         pytest.skip(f"no {name} for this plan")
     rb = read_config(tmp_path / name, world=4, global_batch=plan.global_batch())
     got = parse_plan(rb.spec() if "dp" in rb.plan else f"dp=4,{rb.spec()}", nodes=1, devices_per_node=4)
-    if name == "megatron_args.txt" and plan.zero_stage == 3:
-        pytest.skip("ZeRO-3 is written as --use-torch-fsdp2 and read back as ZeRO-3")
     want = {f: getattr(plan, f) for f in FIELDS}
     have = {f: getattr(got, f) for f in FIELDS}
     if name == "accelerate.yaml" and plan.zero_stage == 0:  # the script, not the YAML, holds mb and accumulation
@@ -79,3 +78,67 @@ def test_check_my_config_compares_with_best(tmp_path, capsys):
 def test_predict_needs_plan_or_from(capsys):
     assert main(["predict", "--model", "gpt2", "--preset", PRESET]) == 2
     assert "--from FILE" in capsys.readouterr().err
+
+
+HYBRID_TRIP = ["dp=2,tp=2,pp=2,zero=1,mb=1,m=4", "dp=4,tp=2,zero=3,mb=1,m=2", "dp=2,tp=2,pp=2,zero=3,mb=1,m=4",
+               "dp=4,pp=2,zero=1,mb=1,m=4", "dp=4,tp=2,zero=2,mb=2,m=1"]
+
+
+@pytest.mark.parametrize("spec", HYBRID_TRIP)
+@pytest.mark.parametrize("name", ["torchtitan.toml", "accelerate.yaml", "megatron_args.txt"])
+def test_hybrid_zero_round_trip(tmp_path, spec, name):
+    """ZeRO with TP/PP reads back as the same hybrid plan (not the old DDP x TP approximation)."""
+    from gpuadvisor.hardware.catalog import network_from_key
+    from gpuadvisor.schemas import Cluster
+
+    from .launch_fixtures import node
+
+    plan = parse_plan(spec, nodes=2, devices_per_node=4)
+    cl = Cluster(name="two", source="test", nodes=[node("n0", 4), node("n1", 4)], network=network_from_key("ib-hdr"))
+    wl = make_workload("llama-7b", global_batch=plan.global_batch(), seq_len=512)
+    emit(build_launch(plan, cl, wl), make_job(plan, wl), tmp_path)
+    assert not (tmp_path / "ds_config.json").exists()
+    if not (tmp_path / name).exists():  # Accelerate: no PP; Megatron: no FSDP2 with PP
+        assert plan.pp > 1 and name in ("accelerate.yaml", "megatron_args.txt")
+        assert f"(no {name}: " in (tmp_path / "README.txt").read_text()
+        return
+    rb = read_config(tmp_path / name, world=8, global_batch=plan.global_batch())
+    got = parse_plan(rb.spec(), nodes=2, devices_per_node=4)
+    want = {f: getattr(plan, f) for f in FIELDS}
+    have = {f: getattr(got, f) for f in FIELDS}
+    if name == "accelerate.yaml":  # the script, not the YAML, holds mb and accumulation
+        for d in (want, have):
+            d["micro_batch_size"] *= d.pop("num_micro_batches")
+    if name == "megatron_args.txt" and plan.zero_stage == 2:
+        want["zero_stage"] = 1  # written as the distributed optimizer, which is ZeRO-1
+    assert have == want
+    assert not any("not a plan dimension" in n for n in rb.notes), rb.notes
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("--use-torch-fsdp2 --pipeline-model-parallel-size 2", "--pipeline-model-parallel-size > 1"),
+    ("--use-torch-fsdp2 --use-distributed-optimizer", "--use-distributed-optimizer"),
+])
+def test_megatron_fsdp2_clashes_refused(tmp_path, text, msg):
+    (tmp_path / "args.txt").write_text(text)
+    with pytest.raises(UserError, match="Megatron refuses --use-torch-fsdp2 with " + msg):
+        read_config(tmp_path / "args.txt", world=8, global_batch=8)
+
+
+def test_hand_written_hybrids_read_back(tmp_path):
+    """Configs gpuadvisor does not write: Accelerate's Megatron plugin with the distributed optimizer, HSDP + TP."""
+    (tmp_path / "m.yaml").write_text(
+        "distributed_type: MEGATRON_LM\nnum_processes: 8\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
+        "  megatron_lm_pp_degree: 2\n  megatron_lm_num_micro_batches: 4\n"
+        "  megatron_lm_use_distributed_optimizer: true\n")
+    rb = read_config(tmp_path / "m.yaml", world=8, global_batch=8)
+    got = parse_plan(rb.spec(), nodes=2, devices_per_node=4)
+    assert (got.dp, got.tp, got.pp, got.zero_stage, got.num_micro_batches) == (2, 2, 2, 1, 4)
+    (tmp_path / "h.toml").write_text(
+        "[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 2\n"
+        "tensor_parallel_degree = 2\n[training]\nlocal_batch_size = 1\nglobal_batch_size = 4\n"
+        "enable_cpu_offload = true\n")
+    rb = read_config(tmp_path / "h.toml", world=8, global_batch=4)
+    got = parse_plan(rb.spec(), nodes=2, devices_per_node=4)
+    assert (got.dp, got.tp, got.zero_stage, got.zero_hpz_partition_size, got.zero_offload) == (4, 2, 3, 1, False)
+    assert any("HSDP" in n for n in rb.notes) and any("enable_cpu_offload" in n for n in rb.notes)

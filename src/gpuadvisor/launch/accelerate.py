@@ -3,9 +3,16 @@
 Keys follow accelerate's ClusterConfig (accelerate/commands/config/config_args.py, 1.15.0) and the launch
 arguments the config fills (accelerate/commands/launch.py: deepspeed_config -> deepspeed_config_file,
 deepspeed_multinode_launcher, zero3_init_flag; fsdp_config -> fsdp_* with fsdp_version 2; parallelism_config
--> parallelism_config_{dp_replicate,dp_shard,tp,cp}_size). Mapping: ZeRO plans -> the DeepSpeed plugin reading
-the emitted ds_config.json (one JSON builder); pure DP -> MULTI_GPU (DDP); TP -> FSDP2 with a parallelism
-config (Accelerate's only TP path). Accelerate has no training pipeline parallelism: pp > 1 gets no file.
+-> parallelism_config_{dp_replicate,dp_shard,tp,cp}_size). Mapping: ZeRO with pure data parallelism -> the
+DeepSpeed plugin reading the emitted ds_config.json (one JSON builder); pure DP -> MULTI_GPU (DDP); ZeRO with TP
+-> FSDP2 (sharding over dp) + parallelism_config tp, fsdp_reshard_after_forward true for ZeRO-3 and false for
+ZeRO-1/2 (Accelerate has no distributed optimizer: ZeRO-1 is written as FSDP2 without resharding, which also
+shards gradients, as in torchtitan).
+No file (`unsupported`) where Accelerate cannot represent the plan: pp > 1 (no training pipeline parallelism);
+TP without ZeRO sharding, since accelerate 1.15's ParallelismConfig refuses TP beside pure replication
+(dp_replicate > 1, dp_shard == 1) and its FSDP2 path needs dp_shard > 1 (parallelism_config.py
+_validate_accelerator), while `accelerate launch` takes a parallelism config only with FSDP v2 (launch.py
+_validate_launch_command); ZeRO with TP and dp = 1 (nothing for FSDP to shard over).
 """
 from __future__ import annotations
 
@@ -19,8 +26,14 @@ FILE = "accelerate.yaml"
 
 def unsupported(launch: LaunchConfig) -> Optional[str]:
     """Why Accelerate cannot run this plan (None when it can)."""
-    if launch.plan.pp > 1:
+    p = launch.plan
+    if p.pp > 1:
         return "Accelerate has no training pipeline parallelism (pp > 1): use the torchtitan or Megatron-LM files"
+    if p.tp > 1 and not p.zero_stage:
+        return ("Accelerate 1.15 runs TP only beside FSDP2 sharding (its ParallelismConfig refuses TP with pure "
+                "data parallelism): use the torchtitan or Megatron-LM files, or a ZeRO plan with TP")
+    if p.tp > 1 and p.dp == 1:
+        return "Accelerate's FSDP2 + TP needs a data-parallel degree > 1 to shard over (dp_shard_size > 1)"
     return None
 
 
@@ -31,18 +44,18 @@ def accelerate_config(launch: LaunchConfig, precision: str, ds_file: str) -> dic
                            "num_machines": p.nodes, "num_processes": p.world_size, "machine_rank": 0,
                            "main_training_function": "main", "rdzv_backend": "static", "same_network": True,
                            "use_cpu": False, "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(precision, "no")}
-    if p.zero_stage:
+    if p.zero_stage and p.tp == 1:
         cfg["distributed_type"] = "DEEPSPEED"
         cfg["deepspeed_config"] = {"deepspeed_config_file": ds_file, "deepspeed_multinode_launcher": "standard",
                                    "zero3_init_flag": p.zero_stage == 3}
-    elif p.tp > 1:
+    elif p.zero_stage:  # FSDP2 sharding over dp beside TP (ParallelismConfig: dp_shard x tp = world)
         cfg["distributed_type"] = "FSDP"
-        cfg["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": False,
+        cfg["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": p.zero_stage == 3,
                               "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                               "fsdp_state_dict_type": "SHARDED_STATE_DICT",
                               "fsdp_activation_checkpointing": p.recompute}
-        cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": p.dp,
-                                     "parallelism_config_dp_shard_size": 1, "parallelism_config_tp_size": p.tp,
+        cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": 1,
+                                     "parallelism_config_dp_shard_size": p.dp, "parallelism_config_tp_size": p.tp,
                                      "parallelism_config_cp_size": 1}
     else:
         cfg["distributed_type"] = "MULTI_GPU" if p.world_size > 1 else "NO"
@@ -54,6 +67,11 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
     cfg = accelerate_config(launch, precision, ds_file)
     lines = [f"# {marker}: HuggingFace Accelerate config for plan {launch.plan.to_string()}",
              "# start on node i: " + shlex.join(accelerate_launch(launch, "<i>", "train.py"))]
+    if launch.plan.tp > 1:
+        lines.append("# TP: Accelerate shards a transformers (>= 4.52) model by its tp_plan; FSDP2 shards over dp")
+    if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
+        lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
+                     "optimizer; gradients are sharded too)")
     for k, v in cfg.items():
         if isinstance(v, dict):
             lines.append(f"{k}:")

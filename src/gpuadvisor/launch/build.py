@@ -13,7 +13,7 @@ from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, check_plan_for
 from ..schemas.workload import Workload
-from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text
+from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason
 from .environment import common_env, node_env, numa_binding, rdma_fabric
 from .placement import choose_nodes, placement_notes
 
@@ -160,6 +160,19 @@ def _measured_note(measured_tokens_per_s: float, estimate: Optional[Estimate]) -
     return line
 
 
+def _trainer_refusal(plan: Plan, workload: Workload, *, gpu: bool) -> Optional[str]:
+    """A note when the bundled trainer refuses this plan (launch.sh then exits non-zero at start)."""
+    from ..trainers.support import unsupported_reason  # torch-free
+
+    if trainer_model_for(workload) is None:
+        return None
+    why = unsupported_reason(plan, plan_workload(plan, workload), cuda=gpu)
+    if why is None:
+        return None
+    return (f"the bundled trainer refuses this plan: {why}; launch.sh and slurm.sbatch still give the launcher, "
+            "environment and rendezvous for your own training (the framework files beside them)")
+
+
 def launch_steps(launch: LaunchConfig) -> int:
     """The timed steps launch.sh runs (its trainer's --steps): the one step count job.json and README.txt state."""
     args = launch.trainer_args
@@ -173,8 +186,10 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
 
     One torchrun command per node (single node: --standalone; several: c10d rendezvous on the first node's
     address, or `master_addr`, at `port`) running `python -m gpuadvisor.trainers --plan job.json ...`.
-    ZeRO plans add the DeepSpeed JSON (passed to the trainer as --ds-config) and, in the notes, the
-    equivalent `deepspeed --hostfile` command. Env vars carry their reason. `measured_tokens_per_s` (from
+    ZeRO plans with pure data parallelism add the DeepSpeed JSON (passed to the trainer as --ds-config) and, in
+    the notes, the equivalent `deepspeed --hostfile` command; ZeRO with TP/PP (FSDP2 / distributed optimizer)
+    keeps the plain torchrun line, and the notes say why there is no DeepSpeed JSON and whether the bundled
+    trainer runs the plan. Env vars carry their reason. `measured_tokens_per_s` (from
     a trial of this plan) is stated in the notes next to the prediction. Raises UserError when the plan
     does not fit the cluster or the model.
     """
@@ -220,6 +235,12 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         where = f" with a hostfile ({hostfile_text(hosts).strip().replace(chr(10), '; ')})" if multi else ""
         ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
         notes.append(f"deepspeed launcher equivalent{where}{ssh}: {shlex.join(cmd)}")
+    hybrid = hybrid_reason(plan)
+    if hybrid:
+        notes.append(f"no ds_config.json: {hybrid}")
+    refused = _trainer_refusal(plan, workload, gpu=placed[0][1][0].kind == "gpu")
+    if refused:
+        notes.append(refused)
     if trainer_model_for(workload) is None:
         notes.append(f"'{workload.model.name}' is not one of the bundled trainer models (gpt, resnet18): keep the "
                      "launcher line and env, replace '-m gpuadvisor.trainers ...' by your training script")

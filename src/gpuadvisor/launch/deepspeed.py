@@ -8,6 +8,10 @@ offload_optimizer/offload_param {device, pin_memory}), zero_allow_untested_optim
 zero_force_ds_cpu_optimizer (runtime/constants.py); launcher flags from launcher/runner.py.
 This is the one plan -> DeepSpeed JSON builder: ds_config.json, the Accelerate DeepSpeed plugin and the
 bundled trainer all start from `deepspeed_config`.
+DeepSpeed runs ZeRO plans with pure data parallelism only (`runs_on_deepspeed`): ds_config has no Megatron-style
+tensor parallelism (AutoTP is inference/HF-model sharding, not the plan's TP), and its pipeline engine
+(runtime/pipe/engine.py) accepts ZeRO-1 only and is not the bundled path. ZeRO combined with TP/PP is the
+distributed optimizer / FSDP2 of torchtitan and Megatron-LM (`hybrid_reason` says so); such plans get no JSON.
 """
 from __future__ import annotations
 
@@ -19,14 +23,28 @@ from ..schemas.workload import Workload
 GRADIENT_CLIPPING = 1.0  # DeepSpeed's GRADIENT_CLIPPING_DEFAULT (runtime/constants.py)
 
 
+def runs_on_deepspeed(plan: Plan) -> bool:
+    """DeepSpeed runs this plan: a ZeRO stage with pure data parallelism (tp = pp = 1)."""
+    return plan.zero_stage > 0 and plan.tp == 1 and plan.pp == 1
+
+
+def hybrid_reason(plan: Plan) -> Optional[str]:
+    """Why a ZeRO plan combined with TP/PP gets no ds_config.json (None for every other plan)."""
+    if not plan.zero_stage or runs_on_deepspeed(plan):
+        return None
+    return (f"ZeRO-{plan.zero_stage} with tp={plan.tp}, pp={plan.pp} runs as FSDP2 or Megatron's distributed "
+            "optimizer beside TP/PP (torchtitan.toml; megatron_args.txt where Megatron takes it); DeepSpeed's "
+            "ds_config has no Megatron-style tensor parallelism and its pipeline engine takes ZeRO-1 only")
+
+
 def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 10,
                      gradient_clipping: float = GRADIENT_CLIPPING) -> Optional[dict[str, Any]]:
-    """The DeepSpeed JSON for a ZeRO plan (None when zero_stage is 0).
+    """The DeepSpeed JSON for a ZeRO plan with pure data parallelism (None otherwise: `runs_on_deepspeed`).
 
     Batch arithmetic (DeepSpeed's own check): train_batch_size = train_micro_batch_size_per_gpu ×
     gradient_accumulation_steps × data-parallel size.
     """
-    if not plan.zero_stage:
+    if not runs_on_deepspeed(plan):
         return None
     zero: dict[str, Any] = {
         "stage": plan.zero_stage,

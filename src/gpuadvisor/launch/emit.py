@@ -105,7 +105,7 @@ def launch_sh(launch: LaunchConfig) -> str:
         if nl.numa_binding:
             lines.append("    " + _comment(f"NUMA: {nl.numa_binding}"))
         lines += _exports(nl.env, "    ")
-        if launch.plan.zero_stage:
+        if launch.deepspeed_config is not None:
             lines += ["    " + _comment("build DeepSpeed's JIT op once before the ranks start (two ranks building "
                                          "it at once can crash)"),
                       f"    python3 -c {shlex.quote(PREBUILD_DEEPSPEED)}"]
@@ -127,28 +127,44 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
              "  job.json    plan + workload for the bundled trainer (python -m gpuadvisor.trainers)",
              "  slurm.sbatch  the same job under Slurm: sbatch slurm.sbatch (srun, one torchrun per node)"]
     if job.trainer_model == "gpt":
-        files += ["  torchtitan.toml    torchtitan job config (set [model] to your model)",
-                  "  megatron_args.txt  Megatron-LM pretrain_gpt.py arguments"]
+        files.append("  torchtitan.toml    torchtitan job config (set [model] to your model)")
+        if _megatron.unsupported(job.plan, job.workload) is None:
+            files.append("  megatron_args.txt  Megatron-LM pretrain_gpt.py arguments")
     if _accelerate.unsupported(launch) is None:
         files.append("  accelerate.yaml    HuggingFace Accelerate config; start: "
                      + shlex.join(_accelerate.accelerate_launch(launch, "<i>", "train.py")))
-    else:
-        files.append(f"  (no accelerate.yaml: {_accelerate.unsupported(launch)})")
     if launch.deepspeed_config is not None:
         files.append("  ds_config.json  DeepSpeed config (passed to the trainer as --ds-config)")
         if len(launch.nodes) > 1:
             files.append("  hostfile    for the deepspeed launcher alternative (see notes)")
+    files += [f"  (no {name}: {why})" for name, why in absent_files(launch, job).items()]
     return "\n".join(head) + render_launch(launch) + "\n".join(files) + "\n"
+
+
+def absent_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
+    """Framework files this plan does not get, each with the reason (the framework cannot represent the plan).
+
+    A ZeRO plan with TP/PP gets no ds_config.json either; the launch notes say why (`hybrid_reason`)."""
+    out = {}
+    if job.trainer_model == "gpt":
+        why = _megatron.unsupported(job.plan, job.workload)
+        if why:
+            out[_megatron.FILE] = why
+    why = _accelerate.unsupported(launch)
+    if why:
+        out[_accelerate.FILE] = why
+    return out
 
 
 def framework_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
     """The hand-over files for other launchers and frameworks: Slurm, torchtitan, Accelerate, Megatron-LM."""
     tag = f"{MARKER} {__version__}"
-    prebuild = PREBUILD_DEEPSPEED if launch.plan.zero_stage else ""
+    prebuild = PREBUILD_DEEPSPEED if launch.deepspeed_config is not None else ""
     out = {_slurm.FILE: _slurm.slurm_script(launch, marker=tag, prebuild=prebuild)}
     if job.trainer_model == "gpt":
         out[_torchtitan.FILE] = _torchtitan.torchtitan_toml(job.plan, job.workload, steps=job.steps, marker=tag)
-        out[_megatron.FILE] = _megatron.megatron_text(job.plan, job.workload, steps=job.steps, marker=tag)
+        if _megatron.unsupported(job.plan, job.workload) is None:
+            out[_megatron.FILE] = _megatron.megatron_text(job.plan, job.workload, steps=job.steps, marker=tag)
     if _accelerate.unsupported(launch) is None:
         out[_accelerate.FILE] = _accelerate.accelerate_yaml(launch, job.workload.training.precision,
                                                             ds_file=DS_FILE, marker=tag)
@@ -214,4 +230,4 @@ def emit(launch: LaunchConfig, job: TrainerJob, out_dir: Path, *, force: bool = 
     return written
 
 
-__all__ = ["emit", "env_sh", "launch_sh", "readme_txt"]
+__all__ = ["absent_files", "emit", "env_sh", "launch_sh", "readme_txt"]

@@ -15,6 +15,7 @@ from typing import Optional
 from ..schemas.hardware import Cluster, Device, Nic, Node
 from ..schemas.launch import EnvVar
 from ..schemas.plan import Plan
+from .deepspeed import runs_on_deepspeed
 
 _FAST_KINDS = ("infiniband", "roce")
 # RDMA device names the kernel drivers register (/sys/class/infiniband): mlx4/mlx5 (NVIDIA/Mellanox), hfi1/qib
@@ -176,11 +177,13 @@ def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_no
                           reason="a failed or hung NCCL collective aborts the job instead of hanging it"))
         if multi_node and cluster is not None:
             env += network_env(cluster, nodes)
-        if plan.tp > 1 and plan.sequence_parallel:
+        # not with ZeRO-3 (FSDP2 + TP): Megatron-LM's --use-torch-fsdp2 refuses CUDA_DEVICE_MAX_CONNECTIONS=1
+        # (validate_args: "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one")
+        if plan.tp > 1 and plan.sequence_parallel and plan.zero_stage != 3:
             env.append(EnvVar(name="CUDA_DEVICE_MAX_CONNECTIONS", value="1",
                               reason="tensor parallel with sequence parallel: one hardware queue keeps the "
                                      "communication kernels ordered before compute (Megatron-LM requirement)"))
-    elif plan.zero_stage:
+    elif runs_on_deepspeed(plan):
         env.append(EnvVar(name="DS_ACCELERATOR", value="cpu",
                           reason="CPU ranks: DeepSpeed must use its CPU accelerator (gloo)"))
     return env

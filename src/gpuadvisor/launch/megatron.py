@@ -8,20 +8,50 @@ _add_network_size_args (--num-layers, --hidden-size, --ffn-hidden-size, --num-at
 (--bf16, --fp16), _add_distributed_args (--tensor-model-parallel-size, --pipeline-model-parallel-size,
 --num-layers-per-virtual-pipeline-stage, --sequence-parallel, --use-distributed-optimizer,
 --overlap-grad-reduce, --overlap-param-gather, --use-torch-fsdp2), --seq-length (_add_data_args),
---optimizer-cpu-offload with --use-precision-aware-optimizer.
-Mapping: ZeRO-1/2 -> the distributed optimizer (shards optimizer states; gradients are reduce-scattered);
-ZeRO-3 -> --use-torch-fsdp2; offload -> --optimizer-cpu-offload. Megatron needs --pipeline-model-parallel-size
-> 2 or so for interleaving: virtual stages are passed as layers per virtual stage.
-Extension point: selective recompute and ZeRO with TP/PP (distributed optimizer) are not Plan fields yet.
+--optimizer-cpu-offload with --use-precision-aware-optimizer, --no-gradient-accumulation-fusion, --ckpt-format
+(_add_checkpointing_args); FSDP2 rules from validate_args.
+Mapping (ZeRO with or without TP/PP):
+- ZeRO-1 -> --use-distributed-optimizer (with --overlap-grad-reduce --overlap-param-gather), with any TP and PP
+  degree: Megatron shards the fp32 main weights and Adam states over the data-parallel group of each TP/PP rank.
+- ZeRO-2 -> the same distributed optimizer: Megatron has no ZeRO-2 on that path. It reduce-scatters gradients,
+  but into a full-size gradient buffer, so the memory is ZeRO-1's (more than the prediction's). Megatron's own
+  "FSDP ZeRO-2" (--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward) carries FSDP2's restrictions below.
+- ZeRO-3 -> --use-torch-fsdp2 (with TP: FSDP2 + TP). validate_args refuses it with pipeline parallelism, with
+  fp16, with tied embeddings (it needs --untie-embeddings-and-output-weights), with the distributed optimizer and
+  with gradient-accumulation fusion (--no-gradient-accumulation-fusion is written), and wants --ckpt-format
+  torch_dist or torch_dcp (torch_dist written; torch_dcp is untested with TP). Plans it refuses get no file
+  (`unsupported`): ZeRO-3 with pp > 1 runs as torchtitan's FSDP per pipeline stage instead.
+- offload -> --optimizer-cpu-offload with --use-precision-aware-optimizer (pure data parallelism only).
+Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
+per virtual stage.
+Extension point: selective recompute is not a Plan field yet.
 """
 from __future__ import annotations
 
 import shlex
+from typing import Optional
 
 from ..schemas.plan import Plan
 from ..schemas.workload import Workload
 
 FILE = "megatron_args.txt"
+
+
+def unsupported(plan: Plan, workload: Workload) -> Optional[str]:
+    """Why Megatron-LM cannot run this plan as written (None when it can): its --use-torch-fsdp2 rules."""
+    if plan.zero_stage != 3:
+        return None
+    why = []
+    if plan.pp > 1:
+        why.append("pipeline parallelism (use torchtitan.toml: FSDP per pipeline stage)")
+    if workload.training.precision == "fp16":
+        why.append("fp16 (train in bf16)")
+    if workload.model.tied_embeddings:
+        why.append(f"tied embeddings ('{workload.model.name}' ties them; FSDP2 needs "
+                   "--untie-embeddings-and-output-weights, a different model)")
+    if not why:
+        return None
+    return ("Megatron-LM runs ZeRO-3 as --use-torch-fsdp2, which its validate_args refuses with " + "; ".join(why))
 
 
 def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
@@ -45,7 +75,7 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
     if plan.zero_stage in (1, 2):
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif plan.zero_stage == 3:
-        a.append("--use-torch-fsdp2")
+        a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist"]
     elif plan.dp > 1:
         a.append("--overlap-grad-reduce")
     if plan.zero_offload:
@@ -63,6 +93,13 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
     lines = [f"# {marker}: Megatron-LM arguments for plan {plan.to_string()} ({workload.model.name})",
              "# use: torchrun <launch.sh's torchrun flags> pretrain_gpt.py $(grep -v '^#' megatron_args.txt) "
              "<your data/tokenizer/optimizer args>"]
+    if plan.zero_stage == 2:
+        lines.append("# ZeRO-2 -> distributed optimizer: Megatron keeps a full-size gradient buffer (ZeRO-1 memory)")
+    if plan.zero_stage == 3 and plan.tp > 1:
+        lines.append("# FSDP2 + TP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 refuses 1; Megatron warns on "
+                     "pre-Blackwell GPUs that TP prefers 1)")
+    elif plan.tp > 1:
+        lines.append("# TP: Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on pre-Blackwell GPUs (validate_args)")
     i = 0
     while i < len(args):
         j = i + 1

@@ -164,14 +164,21 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     dp = rep * shard
     zero = 0
     if shard > 1:
-        zero = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
-        if tp > 1 or pp > 1:
-            rb.notes.append(f"FSDP (shard {shard}) with TP/PP is not a plan dimension yet: predicted as DDP over "
-                            f"dp={dp}, which overstates memory")
-            zero = 0
+        reshard = par.get("fsdp_reshard_after_forward", "default")
+        # torchtitan's "default" reshards after forward except under pipeline parallelism (parallelize.py)
+        zero = 3 if reshard == "always" or (reshard == "default" and pp == 1) else 2
+        if zero == 2 and pp > 1:  # FSDP per stage without resharding: ZeRO-2 does not combine with PP in a Plan
+            zero = 1
+            rb.notes.append("FSDP without resharding under pipeline parallelism is predicted as ZeRO-1 (distributed "
+                            "optimizer); its sharded gradients save a little more memory")
     rb.plan.update(dp=dp, tp=tp, pp=pp, zero=zero)
     if zero and rep > 1:
-        rb.plan.update(zero=3, zero_hpz_partition_size=shard)
+        if tp == 1 and pp == 1:
+            rb.plan.update(zero=3, zero_hpz_partition_size=shard)
+        else:
+            rb.plan["zero"] = 3
+            rb.notes.append(f"HSDP (replicate {rep} x shard {shard}) with TP/PP is predicted as FSDP over dp={dp} "
+                            "(hpZ is modelled with pure data parallelism only)")
     local = _int(where, "local_batch_size", tr.get("local_batch_size", 8))
     glob = tr.get("global_batch_size", -1)
     if pp > 1:
@@ -190,10 +197,11 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         m = 1 if glob in (-1, None) else _int(where, "global_batch_size", glob) // (local * dp)
         rb.plan.update(mb=local, m=max(1, m))
     if tr.get("enable_cpu_offload"):
-        if zero:
+        if zero and tp == 1 and pp == 1:
             rb.plan["offload"] = True
         else:
-            rb.notes.append("enable_cpu_offload without FSDP sharding is not modelled")
+            rb.notes.append("enable_cpu_offload is modelled for FSDP with pure data parallelism only: predicted "
+                            "without it")
     mode = data.get("activation_checkpoint", {}).get("mode", "selective")
     rb.plan["recompute"] = mode == "full"
     if mode == "selective":
@@ -248,18 +256,23 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
             else:
                 plan["zero"] = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3,
                                 "1": 3, "2": 2, "3": 0, "4": 3}.get(strat, 3)
-            if fs.get("fsdp_offload_params") and plan["zero"]:
-                plan["offload"] = True
             if tp > 1:
-                plan.update(dp=world // tp, tp=tp, zero=0)
-                rb.notes.append("FSDP with TP is not a plan dimension yet: predicted as DDP x TP")
+                if world % tp:
+                    raise UserError(f"{where}: num_processes {world} is not divisible by parallelism_config_tp_size "
+                                    f"{tp}")
+                plan.update(dp=world // tp, tp=tp)  # FSDP2 + TP: ZeRO-2/3 beside TP
+            if fs.get("fsdp_offload_params") and plan["zero"]:
+                if tp > 1:
+                    rb.notes.append("fsdp_offload_params with TP is not modelled: predicted without offload")
+                else:
+                    plan["offload"] = True
             plan["recompute"] = bool(fs.get("fsdp_activation_checkpointing", False))
         elif kind == "MEGATRON_LM":
             mc = data.get("megatron_lm_config") or {}
             tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
             plan.update(dp=world // (tp * pp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
             if mc.get("megatron_lm_use_distributed_optimizer"):
-                rb.notes.append("Megatron distributed optimizer with TP/PP is not a plan dimension yet")
+                plan["zero"] = 1  # the distributed optimizer: ZeRO-1 with any TP/PP
             plan["sequence_parallel"] = bool(mc.get("megatron_lm_sequence_parallelism")) and tp > 1
             plan["recompute"] = bool(mc.get("megatron_lm_recompute_activations"))
         elif kind not in ("NO", "MULTI_GPU", "MULTI_CPU"):
@@ -286,7 +299,7 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size"}
 _MEG_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
-                 "--bf16", "--fp16", "--recompute-activations"}
+                 "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
 
 def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments") -> ReadBack:
@@ -342,15 +355,18 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         rb.plan["recompute"] = True
     elif gran == "selective":
         rb.notes.append("selective recompute is not a plan dimension yet: predicted without recompute")
-    if "--use-distributed-optimizer" in switches:
-        if tp == 1 and pp == 1:
-            rb.plan["zero"] = 1
-        else:
-            rb.notes.append("the distributed optimizer with TP/PP is not a plan dimension yet: predicted without it")
-    if "--use-torch-fsdp2" in switches and tp == 1 and pp == 1:
-        rb.plan["zero"] = 3
+    if "--use-torch-fsdp2" in switches:
+        if "--use-distributed-optimizer" in switches or pp > 1:
+            clash = "--use-distributed-optimizer" if pp == 1 else "--pipeline-model-parallel-size > 1"
+            raise UserError(f"{where}: Megatron refuses --use-torch-fsdp2 with {clash} (validate_args); keep one")
+        rb.plan["zero"] = 2 if "--torch-fsdp2-no-reshard-after-forward" in switches else 3
+    elif "--use-distributed-optimizer" in switches:
+        rb.plan["zero"] = 1  # Megatron's distributed optimizer, with any TP and PP
     if "--optimizer-cpu-offload" in switches and rb.plan.get("zero"):
-        rb.plan["offload"] = True
+        if tp == 1 and pp == 1:
+            rb.plan["offload"] = True
+        else:
+            rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)

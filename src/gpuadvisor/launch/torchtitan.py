@@ -9,8 +9,12 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
 - batch: local_batch_size = mb x m for pipeline plans (pipeline_parallel_microbatch_size = mb gives m
   micro-batches), else mb with global_batch_size = dp x mb x m (torchtitan accumulates m steps).
 - precision: mixed_precision_param bfloat16 or float32 (torchtitan has no fp16 mode).
-Extension point: selective recompute, ZeRO combined with TP/PP, context parallel are not Plan fields yet;
-add them to `titan_config` when the Plan gains them.
+- ZeRO with TP/PP is torchtitan's 2D/3D parallelism (ParallelDims: replicate x shard x tp x pp = world):
+  data_parallel_shard_degree = dp beside tensor_parallel_degree and pipeline_parallel_degree, FSDP wrapping each
+  pipeline stage. ZeRO-3 with PP keeps "always" (reshard every micro-batch, ZeRO-3's memory); torchtitan's
+  "default" would not reshard under PP. ZeRO-1 (distributed optimizer elsewhere) is FSDP without resharding.
+Extension point: selective recompute and context parallel are not Plan fields yet; add them to `titan_config`
+when the Plan gains them.
 """
 from __future__ import annotations
 
@@ -86,4 +90,10 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
         notes.append("fp16 asked for: torchtitan trains in bfloat16 or float32 only, bfloat16 written")
     if plan.zero_stage in (1, 2):
         notes.append(f"ZeRO-{plan.zero_stage} has no exact torchtitan twin: FSDP without resharding after forward")
+    if plan.zero_stage and (plan.tp > 1 or plan.pp > 1):
+        notes.append(f"ZeRO-{plan.zero_stage} with tp={plan.tp}, pp={plan.pp}: FSDP2 over dp={plan.dp} "
+                     "beside TP/PP (torchtitan's 2D/3D parallelism)")
+    if plan.zero_stage == 3 and plan.pp > 1:
+        notes.append("fsdp_reshard_after_forward = \"always\": ZeRO-3 memory; \"default\" skips resharding under PP "
+                     "(fewer all-gathers, more memory)")
     return toml_text(titan_config(plan, workload, steps=steps), notes)
