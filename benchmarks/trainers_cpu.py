@@ -1,8 +1,9 @@
 """CPU benchmark of the bundled trainers: tokens/s, peak memory and NIC bytes per strategy.
 
 Two tiny GPTs, 1 rank (single) and 2 ranks (DP, TP, TP+SP, PP 1F1B, ZeRO-1/2/3), gloo on one host,
-fp32, global batch 8. Every world size runs in one launch (`--also`), so start-up is paid once.
-Usage: python benchmarks/trainers_cpu.py [--steps 10] [--warmup 2] [--out DIR]
+fp32, global batch 8; with --four-ranks also 4 ranks (TP2 x DP2 and PP2 x DP2, plain and with ZeRO).
+Every world size runs in one launch (`--also`), so start-up is paid once.
+Usage: python benchmarks/trainers_cpu.py [--steps 10] [--warmup 2] [--out DIR] [--four-ranks]
 Numbers depend on the host's load: on a shared 2-core machine compare strategies within one run.
 """
 from __future__ import annotations
@@ -36,6 +37,16 @@ PLANS = {
         "zero3": dict(dp=2, micro_batch_size=4, zero_stage=3),
     },
 }
+# --four-ranks: ZeRO next to TP/PP against the plain 2D plans (oversubscribes a 2-core host: compare bytes)
+FOUR_RANKS = {
+    "tp2xdp2": dict(tp=2, dp=2, micro_batch_size=4),
+    "zero1 tp2xdp2": dict(tp=2, dp=2, micro_batch_size=4, zero_stage=1),
+    "zero2 tp2xdp2": dict(tp=2, dp=2, micro_batch_size=4, zero_stage=2),
+    "zero3 tp2xdp2": dict(tp=2, dp=2, micro_batch_size=4, zero_stage=3),
+    "pp2xdp2 m=2": dict(pp=2, dp=2, micro_batch_size=2, num_micro_batches=2),
+    "zero1 pp2xdp2 m=2": dict(pp=2, dp=2, micro_batch_size=2, num_micro_batches=2, zero_stage=1),
+    "zero3 pp2xdp2 m=2": dict(pp=2, dp=2, micro_batch_size=2, num_micro_batches=2, zero_stage=3),
+}
 
 
 def make_job(spec: ModelSpec, seq: int, steps: int, warmup: int, **plan) -> TrainerJob:
@@ -65,7 +76,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=None, help="keep the metrics files here")
+    ap.add_argument("--four-ranks", action="store_true", help="also run the 4-rank TP/PP x DP and ZeRO hybrids")
     args = ap.parse_args()
+    groups = {**PLANS, 4: FOUR_RANKS} if args.four_ranks else PLANS
     from gpuadvisor.trainers.strategies.zero import ensure_deepspeed_ops
 
     ensure_deepspeed_ops()
@@ -74,7 +87,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for label, (spec, seq) in MODELS.items():
         base = None
-        for nproc, plans in PLANS.items():
+        for nproc, plans in groups.items():
             tmp = root / f"{spec.name}-{nproc}"
             tmp.mkdir(parents=True, exist_ok=True)
             jobs = {name: make_job(spec, seq, args.steps, args.warmup, **p) for name, p in plans.items()}

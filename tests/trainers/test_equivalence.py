@@ -40,6 +40,13 @@ FOUR_RANK = {
     "tp2xdp2": job(tp=2, dp=2),
     "pp2xdp2": job(pp=2, dp=2, num_micro_batches=2),
     "pp2xdp2_tied": job(TIED, pp=2, dp=2, num_micro_batches=2),
+    # ZeRO next to TP/PP (torch-native): distributed optimizer (ZeRO-1), FSDP2 x TP (2/3), FSDP2 per stage (3)
+    "zero1_tp2xdp2": job(tp=2, dp=2, zero_stage=1),
+    "zero2_tp2xdp2_sp_accum_recompute": job(tp=2, dp=2, zero_stage=2, sequence_parallel=True, num_micro_batches=2,
+                                            recompute=True),
+    "zero3_tp2xdp2": job(tp=2, dp=2, zero_stage=3),
+    "zero1_pp2xdp2": job(pp=2, dp=2, zero_stage=1, num_micro_batches=2),
+    "zero3_pp2xdp2_tied": job(TIED, pp=2, dp=2, zero_stage=3, num_micro_batches=2),
 }
 
 
@@ -89,6 +96,8 @@ def test_token_counting_per_rank(runs):
     assert [r.tokens for r in runs["tp"].ranks] == [256, 256]
     assert [r.tokens for r in runs["dp"].ranks] == [128, 128]
     assert [r.tokens for r in runs["tp2xdp2"].ranks] == [128, 128, 128, 128]
+    assert [r.tokens for r in runs["zero3_tp2xdp2"].ranks] == [128, 128, 128, 128]
+    assert [r.tokens for r in runs["zero3_pp2xdp2_tied"].ranks] == [0, 0, 128, 128]  # last stage counts
 
 
 def test_metrics_are_complete(runs):

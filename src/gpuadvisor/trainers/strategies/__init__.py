@@ -7,14 +7,18 @@ from .base import Strategy
 
 
 def build_strategy(ctx: Context) -> Strategy:
-    """ZeRO if zero_stage > 0, else pipeline (PP, PP x DP), tensor (TP, TP x DP), DDP, or single device."""
+    """DeepSpeed ZeRO for pure-DP ZeRO plans; FSDP2 x TP for ZeRO-2/3 with tp > 1; else pipeline (PP, PP x DP,
+    with ZeRO-1/3 per stage), tensor (TP, TP x DP, ZeRO-1 x TP), DDP, or single device."""
     p = ctx.plan
     why = unsupported_reason(p, ctx.job.workload, cuda=ctx.is_cuda)
     if why:
         raise ValueError(why)
-    if p.zero_stage:
+    if p.zero_stage and p.tp == 1 and p.pp == 1:
         from .zero import Zero
         return Zero(ctx)
+    if p.zero_stage in (2, 3) and p.tp > 1:
+        from .fsdp import FsdpTensorParallel
+        return FsdpTensorParallel(ctx)
     if p.pp > 1:
         from .pipeline import Pipeline
         return Pipeline(ctx)

@@ -11,7 +11,7 @@ gradients are averaged, so every strategy takes the same optimizer step.
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -28,15 +28,21 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(output.float().flatten(0, -2), target.flatten())
 
 
-def make_optimizer(params, ctx: Context) -> torch.optim.Optimizer:
-    """The workload's optimizer at job.lr: Adam, AdamW (weight decay 0.01) or SGD (momentum 0.9)."""
+def optimizer_spec(ctx: Context) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """(class, keyword arguments) of the workload's optimizer at job.lr: Adam, AdamW (weight decay 0.01)
+    or SGD (momentum 0.9)."""
     kind, lr = ctx.job.workload.training.optimizer, ctx.job.lr
-    params = [p for p in params if p.requires_grad]
     if kind == "adam":
-        return torch.optim.Adam(params, lr=lr)
+        return torch.optim.Adam, {"lr": lr}
     if kind == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.AdamW, {"lr": lr, "weight_decay": 0.01}
+    return torch.optim.SGD, {"lr": lr, "momentum": 0.9}
+
+
+def make_optimizer(params, ctx: Context) -> torch.optim.Optimizer:
+    """The workload's optimizer (`optimizer_spec`) over the trainable `params`."""
+    cls, kwargs = optimizer_spec(ctx)
+    return cls([p for p in params if p.requires_grad], **kwargs)
 
 
 class Strategy:

@@ -18,6 +18,11 @@ PP x DP: each stage module is replicated over the "dp" mesh dimension with FSDP2
 gradients are all-reduced once per step, after the last micro-batch. Not DDP: wrapped in DDP,
 the first stage crashes in DDP's bucket rebuild, and with static_graph=True it trains but its
 losses drift from the single-device run (torch 2.13, gloo; reproduced), while `replicate` matches.
+ZeRO x PP: zero_stage 3 `fully_shard`s each stage over "dp" instead (`fsdp.shard_gpt`; torchtitan's 3D
+layout without TP); zero_stage 1 keeps plain stages, averages their gradients over "dp" in one all-reduce
+after the flush (Megatron's default, no overlap) and steps a distributed optimizer (`zero1.py`).
+`ZeroRedundancyOptimizer` cannot broadcast `replicate`'s DTensor parameters ("c10d.broadcast_ has no
+sharding strategy"), hence the plain stages.
 Token accounting (Appendix F): only the last stage counts tokens; the others report 0.
 """
 from __future__ import annotations
@@ -45,7 +50,7 @@ def replicate_stage(mod, dp_mesh):
 
 
 class Pipeline(Strategy):
-    """PP over the "pp" mesh dimension, optionally replicated with DDP over "dp" (2D PP x DP)."""
+    """PP over the "pp" mesh dimension, optionally data-parallel over "dp" (2D PP x DP, ZeRO-1 or ZeRO-3)."""
 
     name = "pp"
 
@@ -70,7 +75,11 @@ class Pipeline(Strategy):
         for s in self.stage_ids:
             mod = GPTStage(gpt, *ranges[s], is_first=s == 0, is_last=s == n_chunks - 1).to(ctx.device)
             self.modules.append(mod)
-            if plan.dp > 1:
+            if plan.zero_stage == 3:  # torchtitan 3D: FSDP per stage
+                from .fsdp import shard_gpt
+
+                mod = shard_gpt(mod, ctx.mesh_dim("dp"), ctx, reshard_after_forward=True)
+            elif plan.dp > 1 and plan.zero_stage != 1:  # ZeRO-1: plain stages, grads averaged in step()
                 mod = replicate_stage(mod, ctx.mesh_dim("dp"))
             stages.append(PipelineStage(mod, s, n_chunks, ctx.device, group=pp_group))
         del gpt
@@ -81,7 +90,13 @@ class Pipeline(Strategy):
             self.schedule = Schedule1F1B(stages[0], m, loss_fn=loss_fn)
         else:
             self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
-        self.optimizer = make_optimizer([p for mod in self.modules for p in mod.parameters()], ctx)
+        params = [p for mod in self.modules for p in mod.parameters()]
+        if plan.zero_stage == 1:  # Megatron's distributed optimizer: states sharded over "dp"
+            from .zero1 import zero1_optimizer
+
+            self.optimizer: Any = zero1_optimizer(params, ctx, ctx.group("dp"))
+        else:
+            self.optimizer = make_optimizer(params, ctx)
         self.owns_loss = self.is_last
         self.tied_group, self.tied_params = self._tied_embedding_group(ctx)
 
@@ -121,6 +136,23 @@ class Pipeline(Strategy):
             g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
             dist.all_reduce(g, group=self.tied_group)
 
+    def _average_dp_grads(self) -> None:
+        """ZeRO-1 x PP: average this rank's stage gradients over "dp" in one flat all-reduce after the flush
+        (Megatron's default, overlap_grad_reduce off); the distributed optimizer then updates its shard."""
+        import torch
+        import torch.distributed as dist
+
+        if self.plan.dp == 1:
+            return
+        grads = [p.grad for mod in self.modules for p in mod.parameters() if p.grad is not None]
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat, group=self.ctx.group("dp"))  # SUM: gloo has no AVG
+        flat /= self.plan.dp
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
     def tokens_counted_per_step(self) -> int:
         """Appendix F: the last stage counts the replica's tokens, the other stages 0."""
         return self.tokens_seen_per_step() if self.is_last else 0
@@ -133,6 +165,8 @@ class Pipeline(Strategy):
         kwargs: dict[str, Any] = {"target": y, "losses": losses} if self.is_last else {}
         with self.autocast():
             self.schedule.step(*args, **kwargs)
+        if self.plan.zero_stage == 1:
+            self._average_dp_grads()
         self._sync_tied_embeddings()
         self.optimizer.step()
         if not self.is_last:

@@ -15,6 +15,7 @@ identical on every rank, so no extra communication); the vocabulary is not split
 TP x DP: the TP-sharded model is wrapped in DDP over the "dp" mesh dimension after
 `_pre_dp_module_transform`, PyTorch's TP+DDP composition hook (DTensor parameters become local
 tensors for DDP's buckets). Every TP rank takes its replica's slice of the batch (Table II).
+ZeRO-1 x TP is this plus a distributed optimizer over "dp" (`zero1.py`); ZeRO-2/3 x TP is `fsdp.py`.
 """
 from __future__ import annotations
 
@@ -66,23 +67,35 @@ def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
     return model
 
 
+def check_tp(ctx: Context, seq_len: int) -> None:
+    """ValueError unless tp divides the heads and d_ff (and, with sequence parallel, the sequence)."""
+    plan, spec = ctx.plan, ctx.job.workload.model
+    if spec.n_heads % plan.tp or spec.d_ff % plan.tp:
+        raise ValueError(f"tp={plan.tp} must divide n_heads={spec.n_heads} and d_ff={spec.d_ff}")
+    if plan.sequence_parallel and seq_len % plan.tp:
+        raise ValueError(f"sequence parallel needs seq_len {seq_len} divisible by tp={plan.tp}")
+
+
 class TensorParallel(AccumulatingStrategy):
-    """TP over the "tp" mesh dimension; with dp > 1 also DDP over "dp" (2D TP x DP)."""
+    """TP over the "tp" mesh dimension; with dp > 1 also DDP over "dp" (2D TP x DP); zero_stage 1 shards the
+    optimizer states over "dp" (`zero1.py`)."""
 
     name = "tp"
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        plan, spec = ctx.plan, ctx.job.workload.model
-        if spec.n_heads % plan.tp or spec.d_ff % plan.tp:
-            raise ValueError(f"tp={plan.tp} must divide n_heads={spec.n_heads} and d_ff={spec.d_ff}")
-        if plan.sequence_parallel and self.seq_len % plan.tp:
-            raise ValueError(f"sequence parallel needs seq_len {self.seq_len} divisible by tp={plan.tp}")
+        plan = ctx.plan
+        check_tp(ctx, self.seq_len)
         model = parallelize_gpt(self.build_model().to(ctx.device), ctx.mesh_dim("tp"), plan.sequence_parallel)
         if plan.dp > 1:
             model = wrap_ddp(_pre_dp_module_transform(model) or model, ctx, group=ctx.group("dp"))
         self.model = model
-        self.optimizer = make_optimizer(model.parameters(), ctx)
+        if plan.zero_stage == 1:  # Megatron's distributed optimizer: states sharded over "dp"
+            from .zero1 import zero1_optimizer
+
+            self.optimizer = zero1_optimizer(model.parameters(), ctx, ctx.group("dp"))
+        else:
+            self.optimizer = make_optimizer(model.parameters(), ctx)
         self.owns_loss = ctx.coords["tp"] == 0  # every TP rank computes the same loss; count it once
 
     def sync_context(self, last: bool):

@@ -1,0 +1,57 @@
+"""ZeRO-2/3 next to TP or PP with PyTorch FSDP2 (`fully_shard`) over the "dp" mesh dimension.
+
+ZeRO-2/3 x TP is torchtitan's 2D parallelism (`parallelize_llama`): `parallelize_module` first (the
+`tensor.py` plan), then `fully_shard` per transformer block and once for the root over the "dp"
+sub-mesh, so each parameter is sharded twice: its TP placement on "tp" and `Shard(0)` on "dp".
+- ZeRO-3 = `reshard_after_forward=True`: parameters are all-gathered over "dp" for forward, freed, and
+  all-gathered again for backward; gradients are reduce-scattered, optimizer states are sharded.
+- ZeRO-2 = `reshard_after_forward=False`: the unsharded parameters stay from forward to backward (no
+  second all-gather); gradients and optimizer states are sharded, as DeepSpeed's stage 2. Unlike
+  DeepSpeed's stage 2, the parameters are freed after backward and all-gathered at the next forward,
+  so they are sharded at rest (the same bytes DeepSpeed spends all-gathering the updated shards).
+ZeRO-3 x PP is torchtitan's 3D layout without TP: each pipeline stage is `fully_shard`ed over "dp"
+(`shard_gpt` on the stage), and `PipelineStage` defers the reduce-scatter to the last micro-batch.
+Outside the pipeline, gradients are reduce-scattered after every micro-batch (DeepSpeed's stages 2 and 3
+do the same) and averaged over "dp", so every strategy takes the same optimizer step. The optimizer is
+the plain torch class over the sharded DTensor parameters (each rank updates its own shard).
+Mixed precision on GPU follows torchtitan: bf16 parameters for compute and all-gather, fp32 reduce.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from ..parallel import Context
+from .base import AccumulatingStrategy, make_optimizer
+from .tensor import check_tp, parallelize_gpt
+
+
+def shard_gpt(model, dp_mesh, ctx: Context, reshard_after_forward: bool):
+    """FSDP2 over `dp_mesh` of a GPT or GPTStage: one group per transformer block, one for the rest."""
+    kwargs: dict[str, Any] = {"mesh": dp_mesh, "reshard_after_forward": reshard_after_forward}
+    if ctx.amp_dtype == torch.bfloat16:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, **kwargs)
+    return fully_shard(model, **kwargs)
+
+
+class FsdpTensorParallel(AccumulatingStrategy):
+    """ZeRO-2/3 x TP: TP over "tp" (the `tensor.py` plan), then FSDP2 over "dp"."""
+
+    name = "fsdp-tp"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        plan = ctx.plan
+        if plan.zero_stage not in (2, 3) or plan.pp != 1:
+            raise ValueError(f"FSDP2 x TP runs zero_stage 2 or 3 with pp = 1, not {plan.to_string()}")
+        if self.scaler is not None:
+            raise ValueError("fp16 loss scaling is not supported with ZeRO x TP; use bf16")
+        check_tp(ctx, self.seq_len)
+        model = parallelize_gpt(self.build_model().to(ctx.device), ctx.mesh_dim("tp"), plan.sequence_parallel)
+        self.model = shard_gpt(model, ctx.mesh_dim("dp"), ctx, reshard_after_forward=plan.zero_stage == 3)
+        self.optimizer = make_optimizer(self.model.parameters(), ctx)
+        self.owns_loss = ctx.coords["tp"] == 0  # every TP rank computes the same loss; count it once

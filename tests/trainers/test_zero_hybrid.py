@@ -1,0 +1,76 @@
+"""ZeRO next to TP and PP really shards: what each of 4 ranks holds after one step (dp2 x tp2, dp2 x pp2).
+
+Losses are checked in test_equivalence.py; this checks the memory side, which equal losses cannot show:
+ZeRO-1 keeps whole (TP- or stage-) parameters but 1/dp of the optimizer states, ZeRO-3 (FSDP2) 1/dp of both.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ._launch import env, job
+
+pytestmark = pytest.mark.slow
+
+JOBS = {
+    "tp2xdp2": job(tp=2, dp=2),
+    "zero1_tp2xdp2": job(tp=2, dp=2, zero_stage=1),
+    "zero3_tp2xdp2": job(tp=2, dp=2, zero_stage=3),
+    "pp2xdp2": job(pp=2, dp=2, num_micro_batches=2),
+    "zero1_pp2xdp2": job(pp=2, dp=2, zero_stage=1, num_micro_batches=2),
+    "zero3_pp2xdp2": job(pp=2, dp=2, zero_stage=3, num_micro_batches=2),
+}
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("probe")
+    paths = []
+    for name, j in JOBS.items():
+        (tmp / f"{name}.json").write_text(j.model_dump_json())
+        paths.append(str(tmp / f"{name}.json"))
+    probe = Path(__file__).with_name("_sharding_probe.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(probe),
+           str(tmp / "out.json"), *paths]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
+def by(ranks: list[dict], dim: str) -> dict[int, list[dict]]:
+    """Ranks grouped by their coordinate on `dim` (e.g. all dp replicas of one TP shard)."""
+    out: dict[int, list[dict]] = {}
+    for r in ranks:
+        out.setdefault(r["coords"][dim], []).append(r)
+    return out
+
+
+@pytest.mark.parametrize("base,dim", [("tp2xdp2", "tp"), ("pp2xdp2", "pp")])
+def test_zero1_shards_only_the_optimizer_states(held, base, dim):
+    plain, zero1 = by(held[base], dim), by(held[f"zero1_{base}"], dim)
+    for c, replicas in plain.items():
+        full = replicas[0]["param_numel"]
+        assert all(r["param_numel"] == r["state_numel"] == full for r in replicas)  # DDP-like: all replicated
+        assert all(r["param_numel"] == full for r in zero1[c])  # parameters stay whole per TP shard / stage
+        states = [r["state_numel"] for r in zero1[c]]
+        assert sum(states) == full and max(states) < full  # states split over the 2 dp ranks
+
+
+@pytest.mark.parametrize("base,dim", [("tp2xdp2", "tp"), ("pp2xdp2", "pp")])
+def test_zero3_shards_parameters_and_states(held, base, dim):
+    plain, zero3 = by(held[base], dim), by(held[f"zero3_{base}"], dim)
+    for c, replicas in plain.items():
+        full = replicas[0]["param_numel"]
+        assert sum(r["param_numel"] for r in zero3[c]) == full
+        assert sum(r["state_numel"] for r in zero3[c]) == full
+        assert all(r["param_numel"] < full for r in zero3[c])
+
+
+def test_fsdp_over_tp_uses_the_2d_mesh(held):
+    assert "('dp', 'tp')" in held["zero3_tp2xdp2"][0]["dtensor_meshes"]  # TP placement + dp shard
+    assert held["zero3_pp2xdp2"][0]["dtensor_meshes"] == ["('dp',)"]
+    assert held["zero1_pp2xdp2"][0]["dtensor_meshes"] == []  # plain stages, grads averaged by hand
