@@ -175,8 +175,7 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     if zero and rep > 1:
         if tp == 1 and pp == 1:
             rb.plan.update(zero=3, zero_hpz_partition_size=shard)
-        else:
-            rb.plan["zero"] = 3
+        else:  # the ZeRO stage read from the resharding policy stays; the replicate groups are not modelled
             rb.notes.append(f"HSDP (replicate {rep} x shard {shard}) with TP/PP is predicted as FSDP over dp={dp} "
                             "(hpZ is modelled with pure data parallelism only)")
     local = _int(where, "local_batch_size", tr.get("local_batch_size", 8))
