@@ -44,12 +44,20 @@ def fast_eval(plan: Plan, ctx: Context, rules: Optional[tuple] = None) -> Eval:
 
 
 def single_device_best(ctx: Context) -> Optional[float]:
-    """Tokens/s of the best feasible single-device plan (the baseline of scaling efficiency)."""
+    """Tokens/s of the best feasible single-device plan (the baseline of scaling efficiency).
+
+    Tries the micro-batch sizes dividing the global batch up to 64 and the first one above (the plans
+    `candidates` enumerates for one device, and one size more), with and without recompute, plain and
+    ZeRO-offload: at most 2·64 + 2 sizes whatever the batch (`candidates.small_divisors`, O(√gb) integer
+    steps). Larger micro-batches only add activation memory, so none is tried after them.
+    """
     if ctx.single_best_tps is not None:
         return ctx.single_best_tps or None
+    from ..candidates.enumerate import small_divisors
+
     best = 0.0
     gb = ctx.gb
-    for mb in [d for d in range(1, gb + 1) if gb % d == 0]:
+    for mb in small_divisors(gb, 64, one_more=True):
         for rc in (False, True):
             for zero, off in ((0, False), (1, True)):
                 p = Plan(micro_batch_size=mb, num_micro_batches=gb // mb, recompute=rc, zero_stage=zero,
@@ -57,8 +65,6 @@ def single_device_best(ctx: Context) -> Optional[float]:
                 e = evaluate(p, ctx)
                 if e.feasible and e.tps > best:
                     best = e.tps
-        if best and mb > 64:
-            break
     ctx.single_best_tps = best
     return best or None
 
