@@ -230,9 +230,6 @@ def test_fuzzed_predict_command_lines_exit_with_documented_codes(plan, model, ba
         assert err.count("\n") == 1, (argv, err)
 
 
-@pytest.mark.xfail(reason="ranking work grows with the global batch: bounded candidate enumeration is the lead's "
-                          "part of issue 15 (found by this fuzz suite: --global-batch 498968388 took > 30 s)",
-                   strict=False)
 def test_large_batch_ranks_in_seconds():
     import subprocess
     import sys

@@ -7,7 +7,9 @@ and sequence parallelism. Every yielded plan passes `check_plan_for`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterator, Sequence
 
 from ..schemas import Cluster, Plan, Workload, check_plan_for
@@ -50,11 +52,28 @@ class SearchSpace:
     pruned: dict = field(default_factory=dict)
 
 
-def _micro_batches(per_replica: int, max_mb: int) -> list[int]:
-    """Micro-batch sizes dividing the per-replica batch (powers of two and the full batch)."""
-    ds = [d for d in divisors(per_replica) if d <= max_mb]
+def small_divisors(n: int, cap: int, *, one_more: bool = False) -> list[int]:
+    """Divisors of n up to `cap`, ascending, in O(cap) steps whatever n is (a batch may be 2^31).
+
+    one_more: also the smallest divisor above `cap` (O(√n) integer steps, no evaluation), if any.
+    """
+    out = [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+    if one_more and n > cap:
+        root = math.isqrt(n)
+        above = next((d for d in range(cap + 1, root + 1) if n % d == 0), None)
+        if above is None:  # the smallest cofactor n // d above cap, d <= √n
+            above = min(n // d for d in range(1, root + 1) if n % d == 0 and n // d > cap)
+        out.append(above)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _micro_batches(per_replica: int, max_mb: int) -> tuple[int, ...]:
+    """Micro-batch sizes dividing the per-replica batch: powers of two, the largest divisor up to
+    max_mb and the full batch if it is that small. At most log2(max_mb) + 2 sizes, O(max_mb) steps."""
+    ds = small_divisors(per_replica, max_mb)
     keep = [d for d in ds if d & (d - 1) == 0 or d == per_replica or d == ds[-1]]
-    return keep or [1]
+    return tuple(keep) or (1,)
 
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
