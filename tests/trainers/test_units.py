@@ -86,3 +86,17 @@ def test_failure_classification():
 def test_atomic_write_leaves_no_temp(tmp_path):
     write_atomic(tmp_path / "sub" / "m.json", "{}")
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["m.json"]
+
+
+def test_hybrid_zero_refuses_a_deepspeed_config():
+    """ZeRO next to TP/PP is torch-native, so a --ds-config would be silently ignored: refused before any setup."""
+    from gpuadvisor.trainers.parallel import Context
+    from gpuadvisor.trainers.strategies import build_strategy
+
+    from ._launch import job
+
+    j = job(tp=2, dp=2, zero_stage=3).model_copy(update={"deepspeed_config": {"zero_optimization": {"stage": 3}}})
+    ctx = Context(job=j, rank=0, world_size=4, local_rank=0, device=torch.device("cpu"), backend="gloo",
+                  coords=coords_of(0, j.plan))
+    with pytest.raises(ValueError, match="drop --ds-config"):
+        build_strategy(ctx)

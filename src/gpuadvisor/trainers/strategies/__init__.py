@@ -13,6 +13,9 @@ def build_strategy(ctx: Context) -> Strategy:
     why = unsupported_reason(p, ctx.job.workload, cuda=ctx.is_cuda)
     if why:
         raise ValueError(why)
+    if p.zero_stage and (p.tp > 1 or p.pp > 1) and ctx.job.deepspeed_config is not None:
+        raise ValueError("a DeepSpeed config (--ds-config) applies to pure data-parallel ZeRO plans only; ZeRO with "
+                         "tp/pp > 1 runs torch-native (FSDP2, ZeroRedundancyOptimizer): drop --ds-config")
     if p.zero_stage and p.tp == 1 and p.pp == 1:
         from .zero import Zero
         return Zero(ctx)

@@ -10,7 +10,9 @@ sub-mesh, so each parameter is sharded twice: its TP placement on "tp" and `Shar
   DeepSpeed's stage 2, the parameters are freed after backward and all-gathered at the next forward,
   so they are sharded at rest (the same bytes DeepSpeed spends all-gathering the updated shards).
 ZeRO-3 x PP is torchtitan's 3D layout without TP: each pipeline stage is `fully_shard`ed over "dp"
-(`shard_gpt` on the stage), and `PipelineStage` defers the reduce-scatter to the last micro-batch.
+(`shard_gpt` on the stage, reshard_after_forward=True: parameters are gathered again for every
+micro-batch; torchtitan's default under PP keeps them for the whole step), and `PipelineStage` defers
+the reduce-scatter to the last micro-batch.
 Outside the pipeline, gradients are reduce-scattered after every micro-batch (DeepSpeed's stages 2 and 3
 do the same) and averaged over "dp", so every strategy takes the same optimizer step. The optimizer is
 the plain torch class over the sharded DTensor parameters (each rank updates its own shard).
