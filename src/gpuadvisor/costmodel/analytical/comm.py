@@ -289,18 +289,6 @@ def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> f
     return flat
 
 
-def group_rs_s(size_bytes: float, g: Group) -> float:
-    """Reduce-scatter (= all-gather time) on a placed group, flat ring."""
-    return reduce_scatter_s(size_bytes, g.n, g.bw_gb_per_s, g.latency_us) if g.n > 1 else 0.0
-
-
-def nic_bytes_allreduce(size_bytes: float, g: Group) -> float:
-    """Bytes one node's NIC sends for one all-reduce of every group of this kind (flat ring)."""
-    if g.n <= 1 or not g.flows_per_nic:
-        return 0.0
-    return g.flows_per_nic * 2.0 * (g.n - 1) / g.n * size_bytes
-
-
 def overlapped_exposed_s(comm_s: float, last_bucket_s: float, window_s: float, contention: float) -> float:
     """Exposed time of communication that runs beside `window_s` of compute.
 

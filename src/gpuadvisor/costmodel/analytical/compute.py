@@ -75,11 +75,6 @@ def gemm_size(tokens: int, d_model: int, tp: int) -> float:
     return tokens * d_model / tp / 1e6
 
 
-def gemm_time_s(flops: float, peak_flops: float, efficiency: float) -> float:
-    """Seconds for `flops` at peak × efficiency (efficiency floored to avoid division by zero)."""
-    return flops / (peak_flops * max(efficiency, 1e-4))
-
-
 def elementwise_time_s(tokens: int, layers: float, d_model: int, act_bytes: int, traffic_per_h: float,
                        mem_bw_bytes_per_s: float, divide_by: int = 1) -> float:
     """Memory-bound non-GEMM work (LayerNorm, GeLU, dropout, residual) as bytes / memory bandwidth.

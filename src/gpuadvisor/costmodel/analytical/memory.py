@@ -171,7 +171,3 @@ def model_state_bytes(params: float, dp: int, zero_stage: int, offload: bool, pr
     return w, g, o, host
 
 
-def framework_bytes(total_live: float, cuda_context: float, fragmentation: float, nccl_peers: int,
-                    nccl_bytes_per_peer: float) -> float:
-    """CUDA context + NCCL channel buffers + caching-allocator fragmentation (PyTorch CUDA notes)."""
-    return cuda_context + nccl_peers * nccl_bytes_per_peer + fragmentation * total_live

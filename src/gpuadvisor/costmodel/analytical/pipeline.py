@@ -26,14 +26,6 @@ def pipeline_step_s(stage_mb_s: float, pp: int, m: int, virtual: int = 1) -> tup
     return m * stage_mb_s + bubble, bubble
 
 
-def p2p_bytes_per_microbatch(tokens: int, d_model: int, act_bytes: int, tp: int = 1) -> float:
-    """Activation (or its gradient) crossing one stage boundary: b·s·h elements.
-
-    Narayanan et al. 2021 §4.1 scatter/gather optimisation: with TP each rank sends 1/t of it.
-    """
-    return tokens * d_model * act_bytes / tp
-
-
 def p2p_call_s(call_s: float, shared_boundaries: int) -> float:
     """Fixed cost of one blocking stage-boundary exchange, serialised over shared PCIe uplinks.
 
