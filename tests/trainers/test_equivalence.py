@@ -26,6 +26,7 @@ TWO_RANK = {
     "tp_sp_recompute": job(tp=2, sequence_parallel=True, recompute=True),
     "pp_gpipe_recompute": job(pp=2, num_micro_batches=2, pp_schedule="gpipe", recompute=True),
     "pp_1f1b": job(pp=2, num_micro_batches=4, pp_schedule="1f1b"),
+    "pp_1f1b_fewer_microbatches_than_stages": job(pp=2, num_micro_batches=1, pp_schedule="1f1b"),
     "pp_interleaved": job(pp=2, num_micro_batches=2, pp_schedule="interleaved", pp_virtual_stages=2),
     "zero1": job(dp=2, zero_stage=1),
     "zero2": job(dp=2, zero_stage=2, num_micro_batches=2),

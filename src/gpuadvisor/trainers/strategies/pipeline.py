@@ -84,7 +84,9 @@ class Pipeline(Strategy):
             stages.append(PipelineStage(mod, s, n_chunks, ctx.device, group=pp_group))
         del gpt
         self.schedule: Union[ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B]
-        if plan.pp_schedule == "gpipe":
+        if plan.pp_schedule == "gpipe" or m < plan.pp:
+            # 1F1B with fewer micro-batches than stages is all forwards then all backwards (its warm-up never
+            # ends), i.e. GPipe; Megatron runs it that way, torch's Schedule1F1B refuses it
             self.schedule = ScheduleGPipe(stages[0], m, loss_fn=loss_fn)
         elif plan.pp_schedule == "1f1b":
             self.schedule = Schedule1F1B(stages[0], m, loss_fn=loss_fn)
