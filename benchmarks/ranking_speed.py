@@ -1,4 +1,5 @@
-"""Ranking speed: candidates/s, time to rank 175B on 64 nodes x 8 GPUs, and 1.5B on the nano-cluster.
+"""Ranking speed: candidates/s, time to rank 175B on 64 nodes x 8 GPUs, and 1.5B on the nano-cluster; then
+the bound on work (candidates/enumerate.py): rows and time at the schema's largest batch and device count.
 
 Run: python benchmarks/ranking_speed.py
 """
@@ -12,6 +13,7 @@ from gpuadvisor.costmodel.combine import fast_eval, make_context
 from gpuadvisor.costmodel.rules import load_rules
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.ranking import apply_what_if, rank
+from gpuadvisor.schemas.workload import MAX_GLOBAL_BATCH
 from gpuadvisor.workload.specs import make_workload
 
 
@@ -48,7 +50,8 @@ def main() -> None:
     for _ in range(3):
         r, dt = _timed_rank(cl, wl, top=10)
         best = min(best, dt)
-    print(f"  rank() end to end: {r.n_candidates} candidates in {best:.3f} s = {r.n_candidates / best:,.0f} candidates/s")
+    print(f"  rank() end to end: {r.n_candidates} candidates in {best:.3f} s = "
+          f"{r.n_candidates / best:,.0f} candidates/s")
 
     big = apply_what_if(load_preset("dgx-a100-8x"), "gpus=64x8")
     r, dt = _timed_rank(big, make_workload("175B", seq_len=2048, global_batch=1536), top=10)
@@ -60,6 +63,18 @@ def main() -> None:
     print(f"1.5B on nano-cluster: {r.n_candidates} candidates ranked in {dt:.2f} s")
     for e in r.top:
         print(f"  {e.plan.to_string():70s} {e.tokens_per_s:10,.0f} tok/s  {e.memory.total / 2**30:5.1f} GiB")
+
+    # bounded work: the batch only enters through divisibility; devices through log-sized lists
+    r, dt = _timed_rank(load_preset("a6000-4x-pcie"), make_workload("125M", global_batch=498968388), top=5)
+    print(f"125M, global batch 498,968,388 on 4 A6000: {r.n_candidates} candidates ranked in {dt:.2f} s")
+    base = load_preset("dgx-a100-8x")
+    for spec in ("gpus=128x8", "gpus=16384x8", "gpus=128x1024"):
+        cl = apply_what_if(base, spec)
+        t = time.perf_counter()
+        rows = enumerate_rows(cl, make_workload("7B", seq_len=2048, global_batch=MAX_GLOBAL_BATCH))
+        print(f"7B, global batch 2^31 on {spec[5:]} ({cl.num_devices:,} devices): {len(rows):,} candidates "
+              f"enumerated in {time.perf_counter() - t:.2f} s")
+    # ranking these end to end waits on the cost model's group placement (O(world) per degree tuple)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """The one progress component: a rich live line with a spinner and ticking time, or plain log lines.
 
-Used by `probe --measure`, `confirm` (suggest --confirm) and `study`. On a terminal (and not TERM=dumb) the
-current step shows as one redrawn line: spinner, text, then `tail(seconds since the step began)` refreshed
-four times a second, so the clock moves while a trial or a probe runs; finished events print as permanent
-lines above it. Anywhere else (pipes, CI logs, TERM=dumb) each step and log line is one plain line
-"<prefix>: <text>" on stderr, with no escape codes.
+Used by `probe --measure`, `confirm` (suggest --confirm) and `study`; `DelayedProgress` wraps work that
+is usually quick (`suggest`'s ranking) and shows the line only once it has run for a while. On a terminal
+(and not TERM=dumb) the current step shows as one redrawn line: spinner, text, then `tail(seconds since the
+step began)` refreshed four times a second, so the clock moves while a trial or a probe runs; finished
+events print as permanent lines above it. Anywhere else (pipes, CI logs, TERM=dumb) each step and log line
+is one plain line "<prefix>: <text>" on stderr, with no escape codes.
 """
 from __future__ import annotations
 
 import atexit
+import threading
 import time
 from typing import Callable, Optional
 
@@ -18,7 +20,7 @@ from rich.text import Text
 
 from .console import make_console
 
-__all__ = ["LiveProgress", "fmt_duration"]
+__all__ = ["DelayedProgress", "LiveProgress", "fmt_duration"]
 
 Tail = Callable[[float], str]
 
@@ -108,3 +110,46 @@ class LiveProgress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DelayedProgress:
+    """A `LiveProgress` step that appears only if the work inside the `with` lasts longer than `after_s`.
+
+    Ranking is usually well under a second; on a cluster of thousands of devices it can take a few, and a
+    silent terminal then looks hung. The line (live: redrawn with the elapsed time; plain: one line on stderr)
+    is started by a timer thread and removed when the block ends.
+    """
+
+    def __init__(self, prefix: str, text: str, *, after_s: float = 2.0, console: Optional[Console] = None,
+                 live: Optional[bool] = None):
+        self.prefix, self.text, self.after_s = prefix, text, after_s
+        self._console, self._live = console, live
+        self._lock = threading.Lock()
+        self._done = False
+        self._progress: Optional[LiveProgress] = None
+        self._timer = threading.Timer(after_s, self._show)
+        self._timer.daemon = True
+
+    @property
+    def shown(self) -> bool:
+        """Whether the line was shown (the work outlasted `after_s`)."""
+        return self._progress is not None
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._progress = LiveProgress(self.prefix, console=self._console, live=self._live)
+            after = self.after_s
+            self._progress.step(self.text, tail=lambda dt: f"({fmt_duration(after + dt)} so far)")
+
+    def __enter__(self) -> "DelayedProgress":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            if self._progress is not None:
+                self._progress.close()

@@ -72,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import api
+    from .progress import DelayedProgress
 
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision)
@@ -91,13 +92,15 @@ def run(args: argparse.Namespace) -> int:
     if args.emit:
         check_writable(args.emit, "--emit", folder=True)
     top = max(args.top, args.rank or 1)
-    base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
-                       objective=args.objective, top=top, price_per_gpu_hour=args.price_per_gpu_hour,
-                       use_learned=args.learned, **common)
-    # each --what-if is its own scenario, compared with the unmodified cluster (commas combine changes in one)
-    scenarios = [api.suggest(base.workload, cluster=base.cluster, what_if=[spec], objective=args.objective,
-                             top=top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
-                 for spec in args.what_if]
+    # ranking is bounded (candidates/enumerate.py) but can take seconds on thousands of devices: say so past 2 s
+    with DelayedProgress("gpuadvisor suggest", f"ranking plans for {args.model}"):
+        base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
+                           objective=args.objective, top=top, price_per_gpu_hour=args.price_per_gpu_hour,
+                           use_learned=args.learned, **common)
+        # each --what-if is its own scenario, compared with the unmodified cluster (commas combine changes in one)
+        scenarios = [api.suggest(base.workload, cluster=base.cluster, what_if=[spec], objective=args.objective,
+                                 top=top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
+                     for spec in args.what_if]
     result = scenarios[0] if len(scenarios) == 1 else base
     confirmed = None
     if args.confirm:
