@@ -10,13 +10,13 @@ from .plan import Plan, check_plan_for, parse_plan
 from .probe import GpuInfo, Missing, P2PStatus, ProbeReport, TopoLink, TopoMatrix
 from .trial import (ComparisonSummary, ExperimentSummary, NicBytes, RunMetrics, TrainingResults,
                     TrialRecord)
-from .workload import ModelSpec, TrainingSettings, Workload
+from .workload import FineTune, ModelSpec, TrainingSettings, Workload
 
 __all__ = [
     "BandwidthPoint", "CollectiveCurve", "CopyBandwidth", "MatmulCurve", "MatmulPoint", "MeasureReport",
     "MeasurementRow", "TrainerJob",
     "Cluster", "ComparisonSummary", "CpuInfo", "Device", "DeviceLink", "EnvVar", "Estimate",
-    "ExperimentSummary", "GpuInfo", "LaunchConfig", "LinkClass", "MemoryBreakdown", "Missing",
+    "ExperimentSummary", "FineTune", "GpuInfo", "LaunchConfig", "LinkClass", "MemoryBreakdown", "Missing",
     "ModelSpec", "Network", "Nic", "NicBytes", "Node", "NodeAccess", "NodeLaunch", "P2PStatus", "Plan",
     "ProbeReport", "Ranking", "RuleHit", "RunMetrics", "StepBreakdown", "TopoLink", "TopoMatrix",
     "TrainingResults", "TrainingSettings", "TrialRecord", "Workload", "check_plan_for", "parse_plan",

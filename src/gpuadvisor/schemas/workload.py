@@ -168,11 +168,65 @@ class TrainingSettings(Frozen):
         return self
 
 
+#: Linear layers a LoRA adapter can sit on, by role (peft's names differ per family: q_proj/.../down_proj for
+#: Llama, c_attn/c_proj/c_fc for GPT-2; the trainers and emitters map them). gelu MLPs have up/down only.
+LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
+ALL_LINEAR: tuple[LoraTarget, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+MAX_LORA_RANK = 4096
+
+
+class FineTune(Frozen):
+    """Which weights train: all of them (full), or low-rank adapters on a frozen base (LoRA, QLoRA).
+
+    LoRA: Hu et al. 2021 (arXiv:2106.09685), W x + (alpha/r) B A x with A (r x in) and B (out x r) trained.
+    QLoRA: Dettmers et al. 2023 (arXiv:2305.14314): the frozen base stored as 4-bit NormalFloat (NF4, blocks of
+    64 with an absmax each), double quantisation of those absmax constants (8-bit, blocks of 256), bf16 compute;
+    adapters on *all* linear layers are what matches full fine-tuning there (§4), hence the default targets.
+    """
+
+    method: Literal["full", "lora", "qlora"] = "full"
+    lora_rank: int = Field(16, description="LoRA rank r (adapter width)")
+    lora_alpha: Optional[float] = Field(None, description="LoRA scaling alpha; None = 2 x rank")
+    target_modules: tuple[LoraTarget, ...] = Field(
+        ALL_LINEAR, description="Linear layers that get adapters (q,k,v,o attention; gate,up,down MLP)")
+    double_quant: bool = Field(True, description="QLoRA: quantise the NF4 block constants too (-0.37 bit/param)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "FineTune":
+        if not 1 <= self.lora_rank <= MAX_LORA_RANK:
+            raise ValueError(f"LoRA rank must be 1 to {MAX_LORA_RANK}, got {self.lora_rank}")
+        a = self.lora_alpha
+        if a is not None and not (math.isfinite(a) and a > 0):
+            raise ValueError(f"LoRA alpha must be a positive finite number, got {a}")
+        if not self.target_modules:
+            raise ValueError("LoRA needs at least one target module (q,k,v,o,gate,up,down)")
+        if len(set(self.target_modules)) != len(self.target_modules):
+            raise ValueError(f"LoRA target modules repeat: {','.join(self.target_modules)}; name each once")
+        return self
+
+    @property
+    def adapters(self) -> bool:
+        """True when only adapters train (LoRA, QLoRA)."""
+        return self.method != "full"
+
+    @property
+    def alpha(self) -> float:
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+
 class Workload(Frozen):
     """Model + training settings: the second input of ranking."""
 
     model: ModelSpec
     training: TrainingSettings = Field(default_factory=TrainingSettings)
+    finetune: FineTune = Field(default_factory=FineTune)
+
+    @model_validator(mode="after")
+    def _check_finetune(self) -> "Workload":
+        if self.finetune.adapters and self.model.kind != "transformer":
+            raise ValueError(f"{self.finetune.method} needs a transformer model (its linear layers get the "
+                             f"adapters); '{self.model.name}' is generic: use --finetune full")
+        return self
 
     @property
     def tokens_per_step(self) -> int:
