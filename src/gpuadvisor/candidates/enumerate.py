@@ -176,15 +176,16 @@ def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, 
     world = nodes * gpn
     m_ = wl.model
     gb = wl.training.global_batch
+    adapters = wl.finetune.adapters  # LoRA/QLoRA run data parallel (DDP, ZeRO/FSDP, offload), as peft users do
     for tp in divisors(world):
-        if tp > 1 and (not transformer or tp > sp.max_tp or m_.n_heads % tp or m_.d_ff % tp):
+        if tp > 1 and (adapters or not transformer or tp > sp.max_tp or m_.n_heads % tp or m_.d_ff % tp):
             continue
         if tp > gpn and not sp.allow_tp_across_nodes:
             continue
         if tp > 1 and tp < gpn and gpn % tp:
             continue
         for pp in divisors(world // tp):
-            if pp > 1 and (not transformer or pp > m_.n_layers):
+            if pp > 1 and (adapters or not transformer or pp > m_.n_layers):
                 continue
             if pp > DENSE_PP and pp & (pp - 1) and m_.n_layers % pp:
                 continue  # bounded: past DENSE_PP only powers of two and even splits of the layers
@@ -231,8 +232,16 @@ def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
 
 
 def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool) -> bool:
-    """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1)."""
-    from ..costmodel.analytical.memory import model_state_bytes
+    """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1).
+
+    With adapters (LoRA/QLoRA) the bound is the frozen base's share alone (its optimizer states are tiny).
+    """
+    from ..costmodel.analytical.memory import model_state_bytes, state_bytes_per_param
+    if wl.finetune.adapters:
+        from ..workload.finetune import frozen_model_bytes
+        wb = state_bytes_per_param(wl.training.precision, wl.training.optimizer)[0]
+        base = frozen_model_bytes(wl.model, wl.finetune, wb) / (tp * pp)
+        return (base / dp if zero >= 3 else base) > sp.memory_limit_bytes
     per = wl.model.params / (tp * pp)
     w, g, o, _ = model_state_bytes(per, dp, zero, off, wl.training.precision, wl.training.optimizer)
     return w + g + o > sp.memory_limit_bytes

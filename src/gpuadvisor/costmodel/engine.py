@@ -224,7 +224,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
-    mem = _memory(ctx, a, layers, first / tp, last / tp, agb)
+    st = _stage_states(ctx, layers, pp, tp)
+    mem = _memory(ctx, a, layers, first / tp, last / tp, st, agb)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -277,9 +278,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
         pp_sent = pp_sent + np.where(pp > 1, emb, 0.0)
 
     # ---- data parallel: DDP / ZeRO-1/2 gradient sync, offload, optimizer ----
-    n_dev = np.maximum(first, last) / tp
+    n_train = np.maximum(st["train_first"], st["train_last"])
+    w_dev = np.maximum(st["w_first"], st["w_last"])
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
-                                                                 n_dev, t_mb, gpn, ovl)
+                                                                 n_train, w_dev, t_mb, gpn, ovl)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -327,13 +329,32 @@ def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return layers, first, last
 
 
+def _stage_states(ctx: Context, layers, pp, tp) -> dict[str, np.ndarray]:
+    """Per-device weight bytes and trainable parameters of the first and last stage (this TP shard).
+
+    Full training: every parameter trains and is stored at the weight precision. Adapters (LoRA/QLoRA): the
+    frozen base at its storage bytes (Context._finetune), the embedding/head 16-bit and frozen, only the layers'
+    adapters train.
+    """
+    _, first, last = _stage_params(ctx, pp)
+    if not ctx.adapters:
+        return {"w_first": first / tp * ctx.weight_bytes, "w_last": last / tp * ctx.weight_bytes,
+                "train_first": first / tp, "train_last": last / tp}
+    ends_first = np.where(pp == 1, float(ctx.p_emb + ctx.p_head + ctx.p_final_norm), float(ctx.p_emb))
+    ends_last = np.where(pp == 1, 0.0, float((ctx.p_head or ctx.V * ctx.h) + ctx.p_final_norm))
+    w_first = (layers * ctx.w_layer_bytes + ends_first * ctx.weight_bytes) / tp
+    w_last = (layers * ctx.w_layer_bytes + ends_last * ctx.weight_bytes) / tp
+    train = layers * ctx.p_layer_train / tp
+    return {"w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
+
+
 def _act(ctx: Context, mb, tp, sp, rc):
     """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer)."""
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
-                                      shape=ctx.shape)
+                                      shape=ctx.shape, frozen=ctx.frozen_roles)
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, agb) -> dict[str, np.ndarray]:
+def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, st, agb) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
@@ -352,33 +373,40 @@ def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, agb) -> dict[s
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
-    p0 = _device(ctx, first_t, acts0, np.where(pp == 1, logits, 0.0), dp, tp, pp, zero, off, hpz, zrb, bucket_mb,
-                 agb)
-    p1 = _device(ctx, last_t, acts_last, logits, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb)
+    p0 = _device(ctx, first_t, st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp, tp, pp,
+                 zero, off, hpz, zrb, bucket_mb, agb)
+    p1 = _device(ctx, last_t, st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz, zrb,
+                 bucket_mb, agb)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
 
-def _device(ctx: Context, params, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb) -> dict:
-    """Memory parts of one device holding `params` (its stage's TP shard).
+def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb) -> dict:
+    """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
     ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (the
     parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
     """
-    wb, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
-    w, g, o = params * wb, params * gbb, params * ob
+    _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
+    if ctx.adapters:
+        gbb, ob = 4, 8  # fp32 adapters: fp32 gradients, Adam's fp32 m and v (no separate master copy)
+    w, g, o = wbytes, train * gbb, train * ob
     o = np.where(zero >= 1, o / dp, o)
     g = np.where(zero >= 2, g / dp, g)
-    w = np.where(zero >= 3, w / dp + np.where(hpz > 1, params * wb / hpz, 0.0), w)
-    host = np.where(off, o + params * 4.0 / dp + np.where(zero >= 3, params * wb / dp, 0.0), 0.0)
-    w = np.where(off & (zero >= 3) & (hpz == 1), params * wb / dp, w)
+    w = np.where(zero >= 3, w / dp + np.where(hpz > 1, wbytes / hpz, 0.0), w)
+    host = np.where(off, o + train * 4.0 / dp + np.where(zero >= 3, wbytes / dp, 0.0), 0.0)
+    # ZeRO-3 offload_param keeps the partition in host RAM: the device holds only the gathered layers (below),
+    # as DeepSpeed's estimate_zero3_model_states_mem_needs counts it (offload_param=cpu: largest layer only)
+    w = np.where(off & (zero >= 3) & (hpz == 1), 0.0, w)
     o = np.where(off, 0.0, o)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
-    gathered = np.where(zero >= 3, 2.0 * ctx.p_layer / tp * wb, 0.0) if ctx.transformer else 0.0
-    buf = np.where(zero > 0, 2 * np.minimum(zrb, params) * zg + np.minimum(agb, params) * zg,
+    gathered = np.where(zero >= 3, 2.0 * ctx.w_layer_bytes / tp, 0.0) if ctx.transformer else 0.0
+    # DeepSpeed's reduce bucket fills with what trains (the adapters with LoRA)
+    # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
+    buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
                    np.where(dp > 1, 2 * bucket_mb * 2 ** 20, 0.0)) + gathered
     live = w + g + o + acts + lg + buf
     peers = (dp > 1).astype(float) + (tp > 1) + 2.0 * (pp > 1)
@@ -399,12 +427,14 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarr
         x = flops / 1e9
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
-    extra = np.where(rc, 4.0 / 3.0, 1.0)
+    extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)  # recompute replays the forward (1/3 of 6N; more with adapters)
     x = tokens * ctx.h / tp / 1e6
     rate = ctx.rate_max * x / (x + ctx.x_half)
     t_layer = tokens * ctx.layer_fpt * extra / tp / rate
     t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate
+    # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
+    t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = extra * ctx.kpl * ctx.launch_us * 1e-6
     return t_layer, t_head, t_host
 
@@ -422,28 +452,30 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     """
     if not ctx.transformer:
         layers = np.ones_like(dp)
-    wb = ctx.zero_gbytes
-    per_layer = ctx.p_layer / tp * wb
+    per_layer = ctx.w_layer_bytes / tp                  # weights gathered (frozen base + adapters with LoRA)
+    grads = ctx.p_layer_train * ctx.z3_grad_bytes / tp  # gradients reduce-scattered (only adapters' with LoRA)
     ag = g.rs(per_layer) + ctx.call_s
     ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s, ag)
-    rs = g.rs(per_layer) + ctx.call_s
-    extra = np.where(rc, 4.0 / 3.0, 1.0)
-    t_f = t_layer / (3.0 * extra)              # forward ≈ 1/3 of a layer's fwd+bwd FLOPs (PaLM app. B: 2N vs 4N)
+    rs = g.rs(grads) + ctx.call_s
+    extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)
+    t_f = t_layer * ctx.fwd_frac / extra       # forward ≈ 1/3 of a layer's fwd+bwd FLOPs (PaLM app. B: 2N vs 4N)
     t_b = t_layer - t_f                        # backward (and the replayed forward with recompute)
-    ends = (ctx.p_emb + ctx.p_head) / tp * wb if ctx.transformer else 0.0
-    t_ends = 2.0 * g.rs(ends) + g.rs(ends)     # gather fwd + bwd, reduce-scatter, of embedding/head
+    ends = (ctx.p_emb + ctx.p_head) / tp * ctx.weight_bytes if ctx.transformer else 0.0
+    # gather fwd + bwd and reduce-scatter of embedding/head (frozen with adapters: no reduce-scatter)
+    t_ends = 2.0 * g.rs(ends) + (0.0 if ctx.adapters else g.rs(ends))
     fwd_exp = (layers - 1) * np.maximum(0.0, ag - t_f) + ag
     bwd_exp = (layers - 1) * np.maximum(0.0, ag_bwd + rs - t_b) + rs
     hidden = (layers - 1) * (np.minimum(ag, t_f) + np.minimum(ag_bwd + rs, t_b))
     exposed = fwd_exp + bwd_exp + np.maximum(0.0, t_ends - t_head) + ctx.z3_contention * hidden
     n = g.n
     with np.errstate(divide="ignore", invalid="ignore"):
-        sent = layers * per_layer * (n - 1) / n * np.where(hpz > 1, 2.0, 3.0) + 3.0 * ends * (n - 1) / n
+        sent = (layers * (per_layer * np.where(hpz > 1, 1.0, 2.0) + grads) * (n - 1) / n
+                + (2.0 if ctx.adapters else 3.0) * ends * (n - 1) / n)
     on = (zero >= 3) & (dp > 1)
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 
-def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, t_mb, gpn, ovl):
+def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
 
     DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
@@ -452,11 +484,12 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     gradients in reduce_bucket_size buckets: stage 1 once per step, stage 2 a reduce-scatter per bucket on every
     micro-step (seed 001 §IV-C), both all-gather the updated parameters after the step. Stage 3's traffic is
     per layer (_zero3_per_microbatch). Offload: CPU Adam and the host copies (Ren et al. 2021 §4.2).
+    `n_dev`: trainable parameters on this device (the adapters with LoRA); `w_dev`: its weight bytes.
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     lat = g.lat * 1e-6
     multi = dp > 1
-    gb_ddp = n_dev * ctx.ddp_gbytes
+    gb_ddp = n_dev * ctx.grad_bytes_ddp
     gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
     ratio = min(1.0, 4 * 2.0 / max(ctx.h if ctx.transformer else 256, 1))  # comm.powersgd_ratio, rank 4
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
@@ -465,7 +498,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     t = g.allreduce(gb_ddp, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
     last = g.allreduce(np.minimum(bucket, gb_ddp), ctx.hier_min)
     ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
-    zgb = n_dev * ctx.zero_gbytes
+    zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
     ag_after = g.rs(zgb) + ctx.call_s
@@ -484,7 +517,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     n_opt = np.where(zero >= 1, n_dev / dp, n_dev)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
-    copies = 2 * n_opt * 2 + np.where(zero >= 3, m * 2 * n_opt * 2, 0.0)  # grads down, params up (+ z3 fetches)
+    # grads down, params up (+ ZeRO-3 fetches of the weight partition, fwd and bwd, per micro-batch)
+    copies = 2 * n_opt * 2 + np.where(zero >= 3, m * 2 * w_dev / dp, 0.0)
     offload = np.where(off, cpu_adam + copies / ctx.host_bw, 0.0)
     opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
     return exposed, sent, offload, opt, np.where(off, copies, 0.0)

@@ -11,7 +11,9 @@ from ...schemas import Cluster, Workload
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
 from . import compute as K
+from ...workload import finetune as F
 from ...workload.shapes import LayerShape, embedding_params, head_params, layer_shape
+from .memory import state_bytes_per_param
 
 __all__ = ["Context"]
 
@@ -104,6 +106,7 @@ class Context:
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
             self.fused_attention = dev.kind == "gpu"
+            self._finetune(workload, cal)
         else:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
@@ -114,4 +117,51 @@ class Context:
             self.fps = float(m.flops_per_sample or 0.0)
             self.act_per_sample = float(m.activation_bytes_per_sample or 0.0)
             self.fused_attention = True
+            self._finetune(workload, cal)
         self.single_best_tps: Optional[float] = None
+
+    def _finetune(self, workload: Workload, cal: dict) -> None:
+        """What training changes with full fine-tuning or adapters (LoRA/QLoRA; workload.finetune has sources).
+
+        Sets the weight bytes of a layer and of the embedding/head (frozen base: 16-bit, QLoRA Linears NF4; the
+        fp32 adapters on top), trainable parameters per layer (all, or the adapters'), the gradient bytes that
+        data parallelism moves (fp32 adapter gradients), the training FLOPs per token (a frozen Linear skips its
+        weight gradient: 4N instead of 6N) and the forward's share of them (what recompute replays).
+        """
+        ft = workload.finetune
+        self.adapters = ft.adapters and self.transformer
+        wb = state_bytes_per_param(self.precision, self.optimizer)[0]
+        self.weight_bytes = float(wb)   # bytes of one 16-bit (or fp32) weight
+        self.dequant_s_per_layer = 0.0  # QLoRA: HBM time to dequantise one layer's Linears once (per pass)
+        # Linear roles without a trainable weight (their inputs need not be stored): none unless adapters
+        self.frozen_roles: frozenset = frozenset()
+        if not self.transformer:
+            self.fwd_frac = 1.0 / 3.0
+            self.p_layer_train, self.w_layer_bytes = float(self.p_layer), float(self.p_layer) * wb
+            self.z3_grad_bytes, self.grad_bytes_ddp, self.grad_bytes_zero = float(self.zero_gbytes), self.ddp_gbytes, \
+                self.zero_gbytes
+            return
+        shape = self.shape
+        assert shape is not None
+        attn = K.attention_flops_per_token(self.model, self.s)
+        if not self.adapters:
+            self.p_layer_train = float(self.p_layer)
+            self.w_layer_bytes = float(self.p_layer) * wb
+            self.fwd_frac = 1.0 / 3.0  # PaLM app. B: forward 2N of 6N (attention 4 of 12)
+            self.z3_grad_bytes = float(self.zero_gbytes)
+            self.grad_bytes_ddp, self.grad_bytes_zero = self.ddp_gbytes, self.zero_gbytes
+            return
+        p_active = K.layer_active_params(self.model)
+        adapter_fpt = F.adapter_flops_per_token(shape, ft)
+        self.p_layer_train = float(F.adapter_params_per_layer(shape, ft))
+        self.frozen_roles = frozenset(F.ROLES) - frozenset(ft.target_modules)
+        # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
+        self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
+        self.layer_fpt = 4.0 * p_active + attn + adapter_fpt
+        self.head_fpt = 4.0 * self.V * self.h  # frozen head: logits forward + input gradient
+        self.fwd_frac = (2.0 * p_active + attn / 3.0 + adapter_fpt / 3.0) / self.layer_fpt
+        self.z3_grad_bytes = 4.0  # only the fp32 adapter gradients are reduce-scattered
+        self.grad_bytes_ddp = self.grad_bytes_zero = 4
+        if ft.method == "qlora":
+            per = float(cal.get("finetune", {}).get("qlora_dequant_bytes_per_param", 2.5))
+            self.dequant_s_per_layer = F.linear_weight_params(shape) * per / self.mem_bw

@@ -41,7 +41,7 @@ class ActivationTerms:
     scores_per_s: float
 
 
-def activation_terms(shape: LayerShape, act_bytes: int = 2) -> ActivationTerms:
+def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = frozenset()) -> ActivationTerms:
     """Per-token stored bytes of one layer, term by term as Korthikanti et al. 2022 §4.1 derive them for GPT.
 
     With d = d_model, q = n_heads·head_dim, k = n_kv_heads·head_dim, f = MLP width per token, e = act_bytes
@@ -59,6 +59,11 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2) -> ActivationTerms:
       fp32 probabilities 4·E; both replicated across TP ranks (expert parallelism is not modelled).
     GPT-2 (d_ff = 4d, LayerNorm, dropout) gives 34·d·e/2 + 5·a·s·e/2 -> the paper's 34sbh + 5as²b; the
     TP split is replicated 10 + split 24 (paper Table 2: 10 + 24/t).
+    `frozen`: Linear roles (q,k,v,o,gate,up,down) with no trainable weight (LoRA/QLoRA without an adapter there).
+    Autograd keeps a Linear's input only for its weight gradient, so a frozen Linear whose input nothing else
+    saves drops it: the shared QKV input when q, k and v are all frozen, the MLP input when gate and up are, the
+    down projection's input (GeLU output, or the gated product) when down is. The output projection's input is
+    kept: fused attention saves that same tensor as its output.
     """
     e = float(act_bytes)
     d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.mlp_width_per_token
@@ -68,6 +73,12 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2) -> ActivationTerms:
     if shape.qk_norm:
         split += e * (q + k)
     split += (4 if shape.gated else 2) * e * f
+    if {"q", "k", "v"} <= frozen:
+        replicated -= e * d
+    if {"up", "gate"} <= frozen or (not shape.gated and "up" in frozen):
+        replicated -= e * d
+    if "down" in frozen:
+        split -= e * f
     if shape.moe:
         replicated += e * shape.experts_per_token * d + 4.0 * shape.n_experts
     scores = shape.n_heads * (2 * e + mask)  # softmax output, dropout output, dropout mask
@@ -76,7 +87,8 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2) -> ActivationTerms:
 
 def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLike = 1, sp: ArrayLike = False,
                                recompute: ArrayLike = False, fused_attention: bool = True,
-                               act_bytes: int = 2, shape: Optional[LayerShape] = None) -> Any:
+                               act_bytes: int = 2, shape: Optional[LayerShape] = None,
+                               frozen: frozenset = frozenset()) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -87,14 +99,14 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     model's widths (`activation_terms`): GQA's narrower K/V, a gated MLP's 4 stored f-wide tensors, MoE
     top-k copies, no dropout masks for Llama-style families. The 5·a·s/h term (scores, softmax, dropout
     mask) vanishes with fused/flash attention (SDPA), assumed on modern GPUs. b, tp, sp and recompute may
-    be NumPy arrays (element-wise, same result as scalar calls).
+    be NumPy arrays (element-wise, same result as scalar calls). `frozen`: see `activation_terms` (needs `shape`).
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
         terms = ActivationTerms(10.0 * h, 24.0 * h, 5.0 * a)
         scale = act_bytes / 2.0
     else:
-        terms = activation_terms(shape, act_bytes)
+        terms = activation_terms(shape, act_bytes, frozen)
         scale = 1.0
     t = np.asarray(tp, dtype=float)
     spa = np.asarray(sp, dtype=bool)
