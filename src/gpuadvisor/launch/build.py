@@ -61,13 +61,14 @@ def plan_workload(plan: Plan, workload: Workload) -> Workload:
 
 
 def model_flops_per_token(workload: Workload) -> Optional[float]:
-    """Training FLOPs per token without recompute (6N + 12·L·h·s, PaLM appendix B), per sample for generic models."""
+    """Training FLOPs per token without recompute (6N + 12·L·h·s, PaLM appendix B; 4N for a frozen base with
+    adapters), per sample for generic models."""
     m = workload.model
     if m.kind != "transformer":
         return m.flops_per_sample
     from ..costmodel.analytical.compute import flops_per_token
 
-    return flops_per_token(m, workload.training.seq_len)
+    return flops_per_token(m, workload.training.seq_len, ft=workload.finetune)
 
 
 def peak_flops(device: Device, precision: str) -> float:

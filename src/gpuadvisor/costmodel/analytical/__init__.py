@@ -143,23 +143,20 @@ class Context:
             return
         shape = self.shape
         assert shape is not None
-        attn = K.attention_flops_per_token(self.model, self.s)
         if not self.adapters:
             self.p_layer_train = float(self.p_layer)
             self.w_layer_bytes = float(self.p_layer) * wb
-            self.fwd_frac = 1.0 / 3.0  # PaLM app. B: forward 2N of 6N (attention 4 of 12)
+            self.fwd_frac = K.layer_forward_fraction(self.model, self.s)
             self.z3_grad_bytes = float(self.zero_gbytes)
             self.grad_bytes_ddp, self.grad_bytes_zero = self.ddp_gbytes, self.zero_gbytes
             return
-        p_active = K.layer_active_params(self.model)
-        adapter_fpt = F.adapter_flops_per_token(shape, ft)
         self.p_layer_train = float(F.adapter_params_per_layer(shape, ft))
         self.frozen_roles = frozenset(F.ROLES) - frozenset(ft.target_modules)
         # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
         self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
-        self.layer_fpt = 4.0 * p_active + attn + adapter_fpt
-        self.head_fpt = 4.0 * self.V * self.h  # frozen head: logits forward + input gradient
-        self.fwd_frac = (2.0 * p_active + attn / 3.0 + adapter_fpt / 3.0) / self.layer_fpt
+        self.layer_fpt = K.layer_flops_per_token(self.model, self.s, ft)
+        self.head_fpt = K.head_flops_per_token(self.model, ft)
+        self.fwd_frac = K.layer_forward_fraction(self.model, self.s, ft)
         self.z3_grad_bytes = 4.0  # only the fp32 adapter gradients are reduce-scattered
         self.grad_bytes_ddp = self.grad_bytes_zero = 4
         if ft.method == "qlora":

@@ -1,7 +1,10 @@
 """Compute time of one micro-batch on one device: FLOPs, GEMM efficiency, elementwise and launch costs."""
 from __future__ import annotations
 
-from ...schemas import ModelSpec
+from typing import Optional
+
+from ...schemas import FineTune, ModelSpec
+from ...workload.finetune import adapter_flops_per_token
 from ...workload.shapes import layer_shape
 
 
@@ -40,30 +43,51 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     return 12.0 * shape.q_dim * attention_keys_per_query(m, seq_len)
 
 
-def layer_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+def layer_flops_per_token(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> float:
     """Training FLOPs (fwd+bwd) per token of one layer: 6·P_active + 12·n_heads·head_dim·s.
 
     PaLM (Chowdhery et al. 2022) appendix B: 6N + 12·L·H·Q·T per token; N here is the layer's parameters
     a token passes through (all of them for dense layers, router + top-k + shared experts for MoE).
+    With adapters (`ft` LoRA/QLoRA) the frozen Linears skip their weight gradients: 4N, plus 6·r·(in + out)
+    per adapter (workload.finetune); attention's score and value matmuls keep their 12·H·Q·T.
     """
-    return 6.0 * layer_active_params(m) + attention_flops_per_token(m, seq_len)
+    attn = attention_flops_per_token(m, seq_len)
+    if ft is not None and ft.adapters:
+        return 4.0 * layer_active_params(m) + attn + adapter_flops_per_token(layer_shape(m), ft)
+    return 6.0 * layer_active_params(m) + attn
 
 
-def head_flops_per_token(m: ModelSpec) -> float:
-    """Training FLOPs per token of the LM head (logits matmul V·h, fwd+bwd = 6·V·h; PaLM app. B)."""
-    return 6.0 * m.vocab_size * m.d_model
+def layer_forward_fraction(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> float:
+    """Share of a layer's training FLOPs that is the forward pass (what full recompute replays).
+
+    1/3 for full training (2N of 6N, 4 of 12 for attention; PaLM app. B); with adapters 2N of 4N for the frozen
+    Linears, so recompute costs relatively more.
+    """
+    attn = attention_flops_per_token(m, seq_len)
+    if ft is not None and ft.adapters:
+        fwd = 2.0 * layer_active_params(m) + (attn + adapter_flops_per_token(layer_shape(m), ft)) / 3.0
+        return fwd / layer_flops_per_token(m, seq_len, ft)
+    return 1.0 / 3.0
 
 
-def flops_per_token(m: ModelSpec, seq_len: int, recompute: bool = False) -> float:
+def head_flops_per_token(m: ModelSpec, ft: Optional[FineTune] = None) -> float:
+    """Training FLOPs per token of the LM head (logits matmul V·h, fwd+bwd = 6·V·h; PaLM app. B).
+
+    A frozen head (LoRA/QLoRA) computes logits and the input gradient only: 4·V·h.
+    """
+    return (4.0 if ft is not None and ft.adapters else 6.0) * m.vocab_size * m.d_model
+
+
+def flops_per_token(m: ModelSpec, seq_len: int, recompute: bool = False, ft: Optional[FineTune] = None) -> float:
     """Whole-model training FLOPs per token: 6N_active + 12·L·H·Q·s (PaLM app. B); 8N-style with recompute.
 
     Full activation recompute repeats the forward pass (1/3 of 6N): Korthikanti et al. 2022 §5,
-    Narayanan et al. 2021 §3.5 (model FLOPs 6N -> hardware FLOPs 8N).
+    Narayanan et al. 2021 §3.5 (model FLOPs 6N -> hardware FLOPs 8N). `ft`: adapters' FLOPs (see above).
     """
     if m.kind != "transformer":
         raise ValueError("flops_per_token applies to transformers; generic models use flops_per_sample")
-    per_layer = layer_flops_per_token(m, seq_len) * (4.0 / 3.0 if recompute else 1.0)
-    return m.n_layers * per_layer + head_flops_per_token(m)
+    extra = 1.0 + layer_forward_fraction(m, seq_len, ft) if recompute else 1.0
+    return m.n_layers * layer_flops_per_token(m, seq_len, ft) * extra + head_flops_per_token(m, ft)
 
 
 def gemm_size(tokens: int, d_model: int, tp: int) -> float:
