@@ -43,7 +43,10 @@ def implausible(row: MeasurementRow) -> Optional[str]:
         return None
     wl, plan = row.workload, row.plan
     m = wl.model
-    flops_per_sample = m.flops_per_sample if m.kind != "transformer" else 6.0 * m.active_params * wl.training.seq_len
+    # a frozen base (LoRA/QLoRA) skips weight gradients: 4N per token (workload.finetune), so the bound is looser
+    n_flops = 4.0 if wl.finetune.adapters else 6.0
+    flops_per_sample = (m.flops_per_sample if m.kind != "transformer"
+                        else n_flops * m.active_params * wl.training.seq_len)
     peak = _peak_flops(cluster, plan.world_size)
     if not flops_per_sample or peak <= 0:
         return None
