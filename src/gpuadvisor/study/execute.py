@@ -11,6 +11,7 @@ from typing import Mapping, Optional, Union
 
 from pydantic import Field
 
+from ..launch.deepspeed import runs_on_deepspeed
 from .. import __version__
 from ..schemas import Cluster, TrialRecord, Workload
 from ..schemas._base import Frozen
@@ -158,7 +159,8 @@ def _run_locked(spec: StudySpec, cluster: Cluster, out: Path, cells: list[Cell],
             shutil.rmtree(run_dir, ignore_errors=True)  # partial files of the interrupted attempt
         from ..launch.build import make_job
 
-        if c.plan is not None and c.plan.zero_stage and trainer_module == "gpuadvisor.trainers":  # the one-time op build, as a step
+        # DeepSpeed's one-time op build, as a step (only plans the bundled trainer runs on DeepSpeed)
+        if c.plan is not None and runs_on_deepspeed(c.plan) and trainer_module == "gpuadvisor.trainers":
             from ..trials.opbuild import ensure_ops
 
             ensure_ops({**os.environ, **envs}, progress=lambda m: show({"event": "note", "message": m}))

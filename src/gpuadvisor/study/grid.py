@@ -15,6 +15,7 @@ from typing import Optional
 from pydantic import Field
 
 from .. import __version__
+from ..launch.deepspeed import runs_on_deepspeed
 from ..schemas import Cluster, Estimate, Plan, Workload, check_plan_for
 from ..schemas._base import Frozen
 from .spec import PP_FACTORS, GpuCount, StudySpec, model_slug
@@ -185,7 +186,7 @@ def cell_wall_s(cell: Cell, steps: int, warmup: int) -> Optional[float]:
     """Predicted wall time of one cell: launch overhead + predicted step time x (steps + warm-up)."""
     if not cell.runnable:
         return 0.0
-    over = LAUNCH_OVERHEAD_S + (DEEPSPEED_OVERHEAD_S if cell.plan and cell.plan.zero_stage else 0.0)
+    over = LAUNCH_OVERHEAD_S + (DEEPSPEED_OVERHEAD_S if cell.plan and runs_on_deepspeed(cell.plan) else 0.0)
     if cell.predicted is None:
         return None
     return over + cell.predicted.step_time_s * (steps + warmup)

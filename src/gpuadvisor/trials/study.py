@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, cast
 
+from ..launch.deepspeed import runs_on_deepspeed
 from .. import __version__
 from ..errors import UserError
 from ..launch.build import TRAINER_MODULE
@@ -330,7 +331,8 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
             notes.append(f"stopped with {remaining:.0f}s of budget left: the next trial ({key}) needs ~{need:.0f}s; "
                          "rerun with a larger --budget to run it")
             break
-        if bundled and est.plan.zero_stage:  # DeepSpeed's one-time op build: a step of its own, not the trial's
+        # DeepSpeed's one-time op build: a step of its own, not the trial's (pure-DP ZeRO only: hybrids are torch-native)
+        if bundled and runs_on_deepspeed(est.plan):
             from .opbuild import ensure_ops
 
             ensure_ops({**os.environ, **(trial_env or {})},
