@@ -200,6 +200,9 @@ def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirm
         out = Path(args.emit)
         emit(Text(f"\nwrote launch files for {emitted.to_string()} to {out}"), console)
         emit(Text(f"start with: bash {out / 'launch.sh'}   (Slurm: sbatch {out / 'slurm.sbatch'})"), console)
+        if (out / "train_lora.py").exists():
+            emit(Text(f"your own data: see {out / 'train_lora.py'} (accelerate launch --config_file "
+                      "accelerate.yaml train_lora.py --data FILE, from that folder)"), console)
 
 
 def export_launch(result, confirmed=None, *, rank: Optional[int] = None, plan: Optional[str] = None):
