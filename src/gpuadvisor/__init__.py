@@ -8,8 +8,10 @@ Python API (returns pydantic models)::
 """
 __version__ = "0.1.0"
 
-from .api import Suggestion, confirm, launch_config, make_workload, predict, probe, resolve_cluster, suggest  # noqa: E402
+from .api import (Confirmation, Prediction, Suggestion, confirm, launch_config, make_workload,  # noqa: E402
+                  predict, probe, resolve_cluster, suggest)
 from .errors import UserError  # noqa: E402
+from .schemas.workload import FineTune  # noqa: E402
 
-__all__ = ["Suggestion", "UserError", "__version__", "confirm", "launch_config", "make_workload", "predict",
-           "probe", "resolve_cluster", "suggest"]
+__all__ = ["Confirmation", "FineTune", "Prediction", "Suggestion", "UserError", "__version__", "confirm",
+           "launch_config", "make_workload", "predict", "probe", "resolve_cluster", "suggest"]

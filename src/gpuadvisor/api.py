@@ -17,6 +17,8 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from .errors import UserError
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
 from .schemas._base import Frozen
+from .schemas.workload import FineTune
+from .trials.schemas import ConfirmResult
 
 #: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
 FALLBACK_PRESET = "nano-cluster-2x2-a40-1gbe"
@@ -67,6 +69,21 @@ class Suggestion(Frozen):
     workload: Workload
     launch: Optional[LaunchConfig] = Field(None, description="Launch config of the top plan (None if nothing fits)")
     notes: list[str] = Field(default_factory=list, description="E.g. that a bundled preset was used")
+    trainable_params: int = Field(0, description="Parameters the optimizer updates: the LoRA/QLoRA adapters, or "
+                                                 "the whole model (workload.finetune says which)")
+
+
+class Prediction(Estimate):
+    """What `predict` returns: the Estimate plus the fine-tuning it was made for."""
+
+    finetune: FineTune = Field(default_factory=FineTune, description="Full fine-tuning, LoRA or QLoRA settings")
+    trainable_params: int = Field(0, description="Parameters the optimizer updates (adapters, or the whole model)")
+
+
+class Confirmation(ConfirmResult):
+    """What `confirm` returns: the study's result plus the fine-tuning its trials ran."""
+
+    finetune: FineTune = Field(default_factory=FineTune, description="Full fine-tuning, LoRA or QLoRA settings")
 
 
 def probe(*, sysfs_root: str = "/", topo_text: Optional[str] = None) -> ProbeReport:
@@ -122,14 +139,29 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
 @typed
 def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
-                  allow_batch_change: bool = False) -> Workload:
-    """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings."""
-    from .workload.specs import make_workload as _make
+                  allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None) -> Workload:
+    """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
+
+    finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
+    """
+    from .workload.settings import make_workload as _make
 
     kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    token_budget=token_budget, allow_batch_change=allow_batch_change).items()
               if v is not None}
-    return _make(model, **kwargs)
+    return _make(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
+
+
+def _workload(model: Union[str, Workload], finetune: Union[FineTune, str, None], **settings: Any) -> Workload:
+    """The Workload of a public call: a model string with settings, or a Workload (its finetune replaced when given)."""
+    if not isinstance(model, Workload):
+        return make_workload(model, finetune=finetune, **settings)
+    if finetune is None:
+        return model
+    from .workload.finetune import make_finetune
+    from .workload.settings import with_finetune
+
+    return with_finetune(model, make_finetune(finetune), flag="finetune target_modules")
 
 
 def _correction(use_learned: bool):
@@ -149,7 +181,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             global_batch: Optional[int] = None, precision: str = "bf16", token_budget: Optional[float] = None,
             allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
             price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
-            use_learned: bool = False) -> Suggestion:
+            use_learned: bool = False, finetune: Union[FineTune, str, None] = None) -> Suggestion:
     """Rank every feasible plan for `model` on the cluster and return the winner's launch config.
 
     Args:
@@ -159,7 +191,10 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         objective: throughput | memory | time | cost.
         what_if: cluster modifications such as "nic=10gbe" or "gpus=2x4" applied before ranking.
         use_learned: apply the learned correction fitted on knowledge/ and local measurements.
+        finetune: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); with a Workload
+            it replaces the workload's own.
     """
+    from .workload.finetune import trainable_params
     from .launch import build_launch
     from .ranking import apply_what_if, rank
 
@@ -167,29 +202,40 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     for spec in what_if or []:
         clus = apply_what_if(clus, spec)
         notes.append(f"what-if: {spec}")
-    wl = model if isinstance(model, Workload) else make_workload(
-        model, seq_len=seq_len, global_batch=global_batch, precision=precision,
-        token_budget=token_budget, allow_batch_change=allow_batch_change)
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                   token_budget=token_budget, allow_batch_change=allow_batch_change)
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
-    return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes)
+    return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes,
+                      trainable_params=trainable_params(wl))
 
 
 @typed
 def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
-            global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False) -> Estimate:
-    """Predict throughput, step-time and memory breakdown for one given plan."""
+            global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False,
+            finetune: Union[FineTune, str, None] = None) -> Prediction:
+    """Predict throughput, step-time and memory breakdown for one given plan.
+
+    finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
+    """
     from .costmodel.combine import estimate
     from .schemas import check_plan_for, parse_plan
 
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
-    wl = model if isinstance(model, Workload) else make_workload(
-        model, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     check_plan_for(p, wl)
-    return estimate(p, clus, wl, correction=_correction(use_learned))
+    return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
+
+
+def prediction(est: Estimate, workload: Workload) -> Prediction:
+    """An Estimate as a Prediction: the same figures plus the workload's fine-tuning and trainable count."""
+    from .workload.finetune import trainable_params
+
+    return Prediction.model_validate({**{k: getattr(est, k) for k in Estimate.model_fields},
+                                      "finetune": workload.finetune, "trainable_params": trainable_params(workload)})
 
 
 @typed
@@ -205,11 +251,16 @@ def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, top_k: int = 3,
             budget_s: float = 900.0, steps: int = 20, warmup: int = 3, storage: Optional[str] = None,
             seq_len: Optional[int] = None, global_batch: Optional[int] = None, precision: str = "bf16",
-            **kwargs):
-    """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner."""
+            finetune: Union[FineTune, str, None] = None, **kwargs) -> Confirmation:
+    """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner.
+
+    finetune: "full" (default), "lora", "qlora" or a FineTune; the trials train what it says (job.json carries
+    it) and the Confirmation states it.
+    """
     from .trials.study import confirm as _confirm
 
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
-    wl = model if isinstance(model, Workload) else make_workload(
-        model, seq_len=seq_len, global_batch=global_batch, precision=precision)
-    return _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    res = _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
+    return Confirmation.model_validate({**{k: getattr(res, k) for k in ConfirmResult.model_fields},
+                                        "finetune": wl.finetune})

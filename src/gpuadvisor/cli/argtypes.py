@@ -71,6 +71,19 @@ def text(what: str) -> Callable[[str], str]:
     return parse
 
 
+def lora_targets(value: str) -> tuple[str, ...]:
+    """A type: LoRA target layers, 'q,k,v,o,gate,up,down' or all-linear / attention / mlp."""
+    from ..errors import UserError
+    from ..workload.finetune import parse_targets
+
+    try:
+        return parse_targets(value, "")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(": ")) from None
+
+
+lora_targets.__name__ = "layer list"
+
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*")
 MAX_DURATION_S = 7 * 86400.0
 
@@ -117,4 +130,4 @@ def check_writable(path: str, flag: str, *, folder: bool = False) -> None:
         raise UserError(f"{flag} {path}: cannot create it in '{parent}' (permission denied); pick another path")
 
 
-__all__ = ["OneLineParser", "whole", "number", "text", "parse_duration", "check_writable"]
+__all__ = ["OneLineParser", "whole", "number", "text", "lora_targets", "parse_duration", "check_writable"]

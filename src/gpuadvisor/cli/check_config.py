@@ -42,7 +42,9 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     from .. import api
     from ..launch.readback import read_config
     from .predict_cmd import plan_for_cluster, render_estimate
+    from .suggest_cmd import finetune_from_args
 
+    finetune = finetune_from_args(args)
     path = Path(args.from_file)
     default_gb = args.global_batch or api.make_workload(args.model).training.global_batch
     rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
@@ -55,7 +57,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     except ValueError as exc:
         raise UserError(f"{path.name} reads as plan '{spec}', which is not valid: {exc}") from None
     wl = api.make_workload(args.model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
-                           precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget)
+                           precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget,
+                           finetune=finetune)
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)

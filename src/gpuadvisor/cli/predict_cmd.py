@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
+    from .suggest_cmd import add_finetune_args
+
+    add_finetune_args(p)
     p.add_argument("--json", action="store_true", help="print the Estimate as JSON")
     p.set_defaults(func=run)
 
@@ -67,9 +70,10 @@ def plan_for_cluster(spec: str, cluster):
 
 def run(args: argparse.Namespace) -> int:
     """Parse, estimate, print."""
-    from ..costmodel.combine import estimate
-    from ..workload.specs import make_workload
+    from .. import api
+    from .suggest_cmd import finetune_from_args
 
+    finetune = finetune_from_args(args)
     cl = _cluster(args)
     if args.from_file:
         from .check_config import run_check
@@ -86,14 +90,22 @@ def run(args: argparse.Namespace) -> int:
         settings["precision"] = args.precision
     if args.token_budget:
         settings["token_budget"] = args.token_budget
-    wl = make_workload(args.model, **settings)
-    est = estimate(plan, cl, wl)
+    from ..costmodel.combine import estimate
+
+    wl = api.make_workload(args.model, finetune=finetune, **settings)
+    est = api.prediction(estimate(plan, cl, wl), wl)
     if args.json:
         print(est.model_dump_json(indent=2))
     else:
         from .console import Text, emit
+        from .render import describe_finetune
 
-        emit(Text(render_estimate(est, cl.name, wl.model.name)))  # wrapped to the terminal width
+        text = render_estimate(est, cl.name, wl.model.name)
+        tuning = describe_finetune(wl)
+        if tuning:  # the fine-tuning mode right under the header line
+            head, _, rest = text.partition("\n")
+            text = f"{head}\n  {tuning}\n{rest}"
+        emit(Text(text))  # wrapped to the terminal width
     if not est.feasible:
         why = " ".join(str(est.infeasible_reason or "the cost model rules it out").split())
         print(f"gpuadvisor: plan {plan.to_string()} does not fit: {why}; run `gpuadvisor suggest` for plans "

@@ -76,6 +76,29 @@ def describe_workload(w: Workload) -> str:
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"
 
 
+def describe_finetune(w: Workload) -> Optional[str]:
+    """'QLoRA r=16 on q,k,v,o,gate,up,down: 40.0M trainable of 6.74B (0.59 %)'; None for full fine-tuning."""
+    from ..workload.finetune import LABELS, adapter_params
+
+    ft = w.finetune
+    if not ft.adapters:
+        return None
+    n, total = adapter_params(w.model, ft), w.model.params
+    alpha = "" if ft.lora_alpha is None else f" alpha={ft.alpha:g}"
+    nf4 = (", NF4 base" + (" with double quantisation" if ft.double_quant else "")) if ft.method == "qlora" else ""
+    return (f"{LABELS[ft.method]} r={ft.lora_rank}{alpha} on {','.join(ft.target_modules)}: {human_count(n)} "
+            f"trainable of {human_count(total)} ({100 * n / total:.2f} %){nf4}")
+
+
+def workload_header(w: Workload) -> list[str]:
+    """The header lines that describe the workload: the model, and the fine-tuning mode when adapters train."""
+    lines = [f"Model   : {describe_workload(w)}"]
+    tuning = describe_finetune(w)
+    if tuning:
+        lines.append(f"Tuning  : {tuning}")
+    return lines
+
+
 _TRIVIAL = {"tp=1", "pp=1", "zero=0", "m=1", "nodes=1"}
 
 
@@ -110,7 +133,7 @@ def ranking_view(r: Ranking, cluster: Cluster, workload: Workload, *, details: i
                  title: Optional[str] = None) -> RenderableType:
     """The ranked table plus a breakdown of the top `details` plans, as a rich renderable (fits any width)."""
     unit = "tok/s" if workload.model.kind == "transformer" else "samples/s"
-    head = [f"Cluster : {describe_cluster(cluster)}", f"Model   : {describe_workload(workload)}",
+    head = [f"Cluster : {describe_cluster(cluster)}", *workload_header(workload),
             f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}."]
     parts: list[RenderableType] = [Text(title, style="bold")] if title else []
     parts.append(block(head))

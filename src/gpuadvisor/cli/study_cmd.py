@@ -9,7 +9,7 @@ from .. import exitcodes
 from ..errors import UserError
 from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from .argtypes import whole
-from .suggest_cmd import add_cluster_args, parse_duration
+from .suggest_cmd import add_cluster_args, add_finetune_args, finetune_from_args, parse_duration
 
 DEFAULT_OUT = "gpuadvisor-study"
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH),
                    help="global batch for every model (default: the model's)")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], help="precision for every model")
+    add_finetune_args(p)
     add_cluster_args(p)
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
                    help=f"study folder; rerunning resumes it (default ./{DEFAULT_OUT})")
@@ -54,10 +55,11 @@ def _spec(args: argparse.Namespace):
         raise UserError(f"--steps must be at least 1, got {args.steps}")
     if args.warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}")
-    return StudySpec(models=parse_models(args.models), strategies=parse_strategies(args.strategies),
+    finetune = finetune_from_args(args)
+    return StudySpec(models=parse_models(args.models), strategies=parse_strategies(args.strategies, finetune.adapters),
                      gpus=parse_gpus(args.gpus), steps=args.steps, warmup=args.warmup,
                      pp_microbatches=parse_pp_microbatches(args.pp_microbatches), seq_len=args.seq_len,
-                     global_batch=args.global_batch, precision=args.precision)
+                     global_batch=args.global_batch, precision=args.precision, finetune=finetune)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,8 +92,14 @@ def run(args: argparse.Namespace) -> int:
         from ..study.render import grid_view
         from .console import Text, emit
 
+        from .render import describe_finetune
+
         for n in notes:
             emit(Text(f"note: {n}"))
+        for m, wl in workloads.items():
+            tuning = describe_finetune(wl)
+            if tuning:
+                emit(Text(f"fine-tuning {m}: {tuning}"))
         emit(grid_view(cells, spec, cluster, Path(args.out)))
         return 0
     timeout = parse_duration(args.trial_timeout) if args.trial_timeout else None

@@ -10,8 +10,8 @@ from typing import Optional
 from .. import exitcodes
 from ..errors import UserError
 from ..schemas.bounds import MAX_CPU_RANKS
-from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET
-from .argtypes import check_writable, number, parse_duration, text, whole
+from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, FineTune
+from .argtypes import check_writable, lora_targets, number, parse_duration, text, whole
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -32,10 +32,40 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
 
 
+def add_finetune_args(p: argparse.ArgumentParser) -> None:
+    """--finetune and the LoRA settings, shared by suggest, predict and study (docs/fine-tuning.md)."""
+    g = p.add_argument_group("fine-tuning (default: full; LoRA/QLoRA train adapters on a frozen base)")
+    g.add_argument("--finetune", choices=["full", "lora", "qlora"], default=None,
+                   help="full: every weight trains; lora: adapters on a frozen bf16 base; qlora: adapters on a "
+                        "frozen NF4 (4-bit) base")
+    g.add_argument("--lora-rank", type=whole(1, MAX_LORA_RANK, "a LoRA rank"), metavar="N",
+                   help="adapter rank r (default 16)")
+    g.add_argument("--lora-alpha", type=number(0, 1e9), metavar="X", help="LoRA scaling alpha (default 2 x rank)")
+    g.add_argument("--lora-targets", type=lora_targets, metavar="LIST",
+                   help="linear layers that get adapters: a comma list of q,k,v,o,gate,up,down, or all-linear "
+                        "(default), attention, mlp")
+
+
+def finetune_from_args(args: argparse.Namespace) -> FineTune:
+    """The FineTune of --finetune/--lora-*; refuses --lora-* without --finetune lora|qlora (one line, USAGE), and
+    --lora-targets that name no linear layer of --model (e.g. gate on GPT-2's GeLU MLP)."""
+    from ..workload.finetune import check_targets, make_finetune
+
+    targets = ",".join(args.lora_targets) if args.lora_targets is not None else None
+    ft = make_finetune(args.finetune, lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, targets=targets,
+                       flags=True)
+    if targets is not None and getattr(args, "model", None):
+        from ..workload.specs import resolve_model
+
+        check_targets(resolve_model(args.model), ft, "--lora-targets")
+    return ft
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("suggest", help="rank parallel plans for a model and emit a launch config",
                        description="Rank every feasible DP/TP/PP/ZeRO plan for a model on your cluster.")
     add_workload_args(p)
+    add_finetune_args(p)
     add_cluster_args(p)
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET),
                    help="total training tokens (time-to-train, cost, bytes per run)")
@@ -74,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import api
     from .progress import DelayedProgress
 
+    finetune = finetune_from_args(args)
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision)
     if args.study_name and not args.confirm:
@@ -96,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     with DelayedProgress("gpuadvisor suggest", f"ranking plans for {args.model}"):
         base = api.suggest(args.model, token_budget=args.token_budget, allow_batch_change=args.allow_batch_change,
                            objective=args.objective, top=top, price_per_gpu_hour=args.price_per_gpu_hour,
-                           use_learned=args.learned, **common)
+                           use_learned=args.learned, finetune=finetune, **common)
         # each --what-if is its own scenario, compared with the unmodified cluster (commas combine changes in one)
         scenarios = [api.suggest(base.workload, cluster=base.cluster, what_if=[spec], objective=args.objective,
                                  top=top, price_per_gpu_hour=args.price_per_gpu_hour, use_learned=args.learned)
@@ -169,6 +200,9 @@ def _print_text(args: argparse.Namespace, base, scenarios: list, result, confirm
         out = Path(args.emit)
         emit(Text(f"\nwrote launch files for {emitted.to_string()} to {out}"), console)
         emit(Text(f"start with: bash {out / 'launch.sh'}   (Slurm: sbatch {out / 'slurm.sbatch'})"), console)
+        if (out / "train_lora.py").exists():
+            emit(Text(f"your own data: see {out / 'train_lora.py'} (accelerate launch --config_file "
+                      "accelerate.yaml train_lora.py --data FILE, from that folder)"), console)
 
 
 def export_launch(result, confirmed=None, *, rank: Optional[int] = None, plan: Optional[str] = None):

@@ -81,11 +81,17 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
     return "\n".join(lines) + "\n"
 
 
+#: Words YAML 1.1 (PyYAML, which accelerate reads the file with) turns into booleans: quoted when meant as text.
+_YAML_BOOLS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
+
+
 def _scalar(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return str(v)
+    if str(v).lower() in _YAML_BOOLS:  # mixed_precision: 'no' must stay the string accelerate expects
+        return f"'{v}'"
     return shlex.quote(str(v)) if any(c in str(v) for c in ":#{}[],&*!|>'\"%@`") else str(v)
 
 

@@ -1,5 +1,6 @@
 """Write a LaunchConfig to a folder: launch.sh, env.sh, job.json, ds_config.json, hostfile, slurm.sbatch,
-torchtitan.toml, accelerate.yaml, megatron_args.txt, README.txt.
+torchtitan.toml, accelerate.yaml, megatron_args.txt, README.txt; for LoRA/QLoRA train_lora.py with its
+accelerate.yaml instead of torchtitan.toml and megatron_args.txt (launch/peft.py).
 
 Files are written atomically (temp file, fsync, rename). The folder's manifest records the sha256 of every
 file written; a file that is not in the manifest, or whose content no longer matches its hash (the user edited
@@ -19,6 +20,7 @@ from ..schemas.job import TrainerJob
 from ..schemas.launch import EnvVar, LaunchConfig
 from . import accelerate as _accelerate
 from . import megatron as _megatron
+from . import peft as _peft
 from . import slurm as _slurm
 from . import torchtitan as _torchtitan
 from .build import DS_FILE, HOSTFILE, JOB_FILE, launch_steps
@@ -122,15 +124,26 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
             f"Model   : {job.workload.model.name}, seq len {job.workload.training.seq_len}, global batch "
             f"{job.workload.training.global_batch}, {job.workload.training.precision}",
             f"Run     : {job.steps} timed steps after {job.warmup} warm-up steps, lr {job.lr:g}", ""]
+    from ..cli.render import describe_finetune
+
+    tuning = describe_finetune(job.workload)
+    if tuning:
+        head.insert(3, f"Tuning  : {tuning}")
     files = ["", "Files:", "  launch.sh   the launcher command per node (NODE_RANK selects the node)",
              "  env.sh      environment common to all nodes, each variable with its reason",
              "  job.json    plan + workload for the bundled trainer (python -m gpuadvisor.trainers)",
              "  slurm.sbatch  the same job under Slurm: sbatch slurm.sbatch (srun, one torchrun per node)"]
-    if job.trainer_model == "gpt":
+    adapters = job.workload.finetune.adapters
+    if job.trainer_model == "gpt" and not adapters:
         files.append("  torchtitan.toml    torchtitan job config (set [model] to your model)")
         if _megatron.unsupported(job.plan, job.workload) is None:
             files.append("  megatron_args.txt  Megatron-LM pretrain_gpt.py arguments")
-    if _accelerate.unsupported(launch) is None:
+    if adapters and _peft.unsupported(job.plan, job.workload) is None:
+        files.append(f"  {_peft.SCRIPT}      {_peft.LABELS[job.workload.finetune.method]} on your own data "
+                     "(transformers + peft); start: "
+                     + shlex.join(_peft.launch_line(launch, job.workload, "<i>")))
+        files.append("  accelerate.yaml    HuggingFace Accelerate config for " + _peft.SCRIPT)
+    elif not adapters and _accelerate.unsupported(launch) is None:
         files.append("  accelerate.yaml    HuggingFace Accelerate config; start: "
                      + shlex.join(_accelerate.accelerate_launch(launch, "<i>", "train.py")))
     if launch.deepspeed_config is not None:
@@ -146,6 +159,15 @@ def absent_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
 
     A ZeRO plan with TP/PP gets no ds_config.json either; the launch notes say why (`hybrid_reason`)."""
     out = {}
+    if job.workload.finetune.adapters:  # LoRA/QLoRA: torchtitan and Megatron-LM's pretrain_gpt.py train every weight
+        no_adapters = f"has no LoRA adapters (it trains every weight); use {_peft.SCRIPT} with accelerate.yaml"
+        out[_torchtitan.FILE] = f"torchtitan {no_adapters}"
+        out[_megatron.FILE] = f"Megatron-LM's pretrain_gpt.py {no_adapters}"
+        why = _peft.unsupported(job.plan, job.workload)
+        if why:
+            out[_accelerate.FILE] = why
+            out[_peft.SCRIPT] = why
+        return out
     if job.trainer_model == "gpt":
         why = _megatron.unsupported(job.plan, job.workload)
         if why:
@@ -161,6 +183,11 @@ def framework_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
     tag = f"{MARKER} {__version__}"
     prebuild = PREBUILD_DEEPSPEED if launch.deepspeed_config is not None else ""
     out = {_slurm.FILE: _slurm.slurm_script(launch, marker=tag, prebuild=prebuild)}
+    if job.workload.finetune.adapters:  # the hand-over for your own data: Accelerate + transformers/peft
+        if _peft.unsupported(job.plan, job.workload) is None:
+            out[_accelerate.FILE] = _peft.accelerate_yaml(launch, job.workload, ds_file=DS_FILE, marker=tag)
+            out[_peft.SCRIPT] = _peft.train_script(launch, job.workload, marker=tag)
+        return out
     if job.trainer_model == "gpt":
         out[_torchtitan.FILE] = _torchtitan.torchtitan_toml(job.plan, job.workload, steps=job.steps, marker=tag)
         if _megatron.unsupported(job.plan, job.workload) is None:
@@ -198,7 +225,7 @@ def emit(launch: LaunchConfig, job: TrainerJob, out_dir: Path, *, force: bool = 
             hosts = [(n.node, n.argv[n.argv.index("--nproc-per-node") + 1]) for n in launch.nodes]
             files[HOSTFILE] = (f"# {MARKER}\n" + hostfile_text([(h, int(s)) for h, s in hosts]), 0o644)
     for name, text in framework_files(launch, job).items():
-        files[name] = (text, 0o755 if name.endswith(".sbatch") else 0o644)
+        files[name] = (text, 0o755 if name.endswith((".sbatch", ".py")) else 0o644)
     files["README.txt"] = (readme_txt(launch, job), 0o644)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,12 @@ from pydantic import Field
 from ..errors import UserError
 from ..schemas import ModelSpec, Workload
 from ..schemas._base import Frozen
+from ..schemas.workload import FineTune
 from ..workload.specs import _SHAPE_RE, SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
 
 STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
+#: Strategies for LoRA/QLoRA: data parallel only (adapters on a frozen base are not split by TP/PP here).
+ADAPTER_STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3-offload")
 PP_FACTORS = {"p": 1, "4p": 4}
 
 
@@ -44,6 +47,8 @@ class StudySpec(Frozen):
     seq_len: Optional[int] = Field(None, description="Override of every model's sequence length")
     global_batch: Optional[int] = Field(None, description="Override of every model's global batch")
     precision: Optional[str] = Field(None, description="Override of the models' precision")
+    finetune: FineTune = Field(default_factory=FineTune,
+                               description="Full fine-tuning (default), or LoRA/QLoRA adapters for every model")
 
 
 def _items(text: str, what: str) -> list[str]:
@@ -53,14 +58,21 @@ def _items(text: str, what: str) -> list[str]:
     return items
 
 
-def parse_strategies(text: str) -> list[str]:
-    """'dp,tp,zero3-offload' (or 'all') -> validated list in the canonical order."""
+def parse_strategies(text: str, adapters: bool = False) -> list[str]:
+    """'dp,tp,zero3-offload' (or 'all') -> validated list in the canonical order.
+
+    `adapters` (LoRA/QLoRA): 'all' is the data-parallel strategies, and tp/pp are refused."""
     items = [s.lower() for s in _items(text, "strategies")]
+    allowed = ADAPTER_STRATEGIES if adapters else STRATEGIES
     if items == ["all"]:
-        return list(STRATEGIES)
+        return list(allowed)
     bad = [s for s in items if s not in STRATEGIES]
     if bad:
         raise UserError(f"unknown strategy '{bad[0]}'; use any of {','.join(STRATEGIES)} (or 'all')")
+    dp_only = [s for s in items if s not in allowed]
+    if dp_only:
+        raise UserError(f"--strategies {','.join(dp_only)}: LoRA/QLoRA adapters train on data-parallel plans only; "
+                        f"use any of {','.join(ADAPTER_STRATEGIES)} (or 'all'), or --finetune full")
     return [s for s in STRATEGIES if s in items]
 
 
@@ -117,5 +129,5 @@ def resolve_workload(text: str, spec: StudySpec) -> Workload:
     shaped = shape_model(text)
     if shaped is not None:
         settings.setdefault("seq_len", min(shaped.max_seq_len or 128, 128))
-        return make_workload(shaped, **settings)
-    return make_workload(text, **settings)
+        return make_workload(shaped, finetune=spec.finetune, **settings)
+    return make_workload(text, finetune=spec.finetune, **settings)

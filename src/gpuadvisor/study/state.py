@@ -66,8 +66,11 @@ def _h(obj: object) -> str:
 
 def fingerprint_parts(cluster: Cluster, spec: StudySpec) -> dict[str, str]:
     """What every measurement of the folder depends on (the grid itself may grow between runs)."""
-    return {"cluster": cluster_digest(cluster)[:16], "run length": _h([spec.steps, spec.warmup]),
-            "gpuadvisor version": __version__}
+    parts = {"cluster": cluster_digest(cluster)[:16], "run length": _h([spec.steps, spec.warmup]),
+             "gpuadvisor version": __version__}
+    if spec.finetune.adapters:  # full fine-tuning adds nothing, so folders made before LoRA still resume
+        parts["fine-tuning"] = _h(spec.finetune.model_dump(mode="json"))
+    return parts
 
 
 class StudyDir:

@@ -5,7 +5,7 @@ import inspect
 from typing import Any, Optional, Union
 
 from ..errors import UserError
-from ..schemas.workload import ModelSpec, TrainingSettings, Workload
+from ..schemas.workload import FineTune, ModelSpec, TrainingSettings, Workload
 from .catalog import Preset
 from .hf_config import _first_error
 from .specs import resolve_preset
@@ -76,12 +76,18 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"training settings: {_first_error(exc)}") from None
 
 
-def make_workload(model: Union[str, ModelSpec], **settings: Any) -> Workload:
+def make_workload(model: Union[str, ModelSpec], *, finetune: Union[FineTune, str, None] = None,
+                  targets_flag: str = "--lora-targets", **settings: Any) -> Workload:
     """Workload from a model description (see resolve_model) and training_settings keywords.
 
     Presets bring their defaults: the A6000 paper's sizes use its Table I seq len and batch (and fp32
     for 10M unless `precision` is given); others seq_len = min(max_seq_len, 1024) and global batch 8.
+    `finetune`: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); LoRA/QLoRA need a
+    transformer and at least one targeted linear layer it has (`targets_flag` names that setting in the error).
     """
+    from .finetune import make_finetune
+
+    ft = make_finetune(finetune)
     preset: Optional[Preset] = None
     spec = model if isinstance(model, ModelSpec) else None
     if spec is None:
@@ -96,4 +102,19 @@ def make_workload(model: Union[str, ModelSpec], **settings: Any) -> Workload:
         settings.setdefault("default_global_batch", preset.default_global_batch)
         if preset.default_precision and "precision" not in settings:
             settings["precision"] = preset.default_precision
-    return Workload(model=spec, training=training_settings(model=spec, **settings))
+    training = training_settings(model=spec, **settings)
+    return with_finetune(Workload(model=spec, training=training), ft, targets_flag)
+
+
+def with_finetune(workload: Workload, finetune: FineTune, flag: str = "--lora-targets") -> Workload:
+    """`workload` with `finetune`, validated: one-line UserError for a generic model or targets it does not have."""
+    from .finetune import check_targets
+
+    if finetune == workload.finetune:
+        return workload
+    try:
+        wl = Workload(model=workload.model, training=workload.training, finetune=finetune)
+    except ValueError as exc:
+        raise UserError(_first_error(exc)) from None
+    check_targets(wl.model, wl.finetune, flag)
+    return wl
