@@ -173,7 +173,8 @@ def tiny(kind: str) -> tuple[ModelSpec, object]:
 
 @pytest.mark.parametrize("kind, targets", [("llama", ("q", "k", "v", "o", "gate", "up", "down")),
                                            ("llama", ("q", "v")), ("gpt2", ("q", "k", "v", "o", "up", "down")),
-                                           ("gpt2", ("o", "down")), ("mixtral", ("q", "k", "v", "o", "gate", "up", "down"))])
+                                           ("gpt2", ("o", "down")),
+                                           ("mixtral", ("q", "k", "v", "o", "gate", "up", "down"))])
 def test_peft_counts_what_gpuadvisor_counts(kind, targets):
     pytest.importorskip("peft")
     from peft import LoraConfig, get_peft_model

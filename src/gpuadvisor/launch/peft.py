@@ -234,7 +234,8 @@ def main():
     train = TextBlocks(args.data, tokenizer, args.text_field)
     targs = TrainingArguments(
         output_dir=args.out, per_device_train_batch_size=MICRO_BATCH, gradient_accumulation_steps=GRAD_ACCUM,
-        gradient_checkpointing=RECOMPUTE, gradient_checkpointing_kwargs=ckpt, bf16=PRECISION == "bf16", fp16=PRECISION == "fp16",
+        gradient_checkpointing=RECOMPUTE, gradient_checkpointing_kwargs=ckpt,
+        bf16=PRECISION == "bf16", fp16=PRECISION == "fp16",
         learning_rate=args.lr, num_train_epochs=args.epochs, max_steps=args.max_steps, logging_steps=10,
         save_strategy="no", report_to="none", ddp_find_unused_parameters=False)
     trainer = Trainer(model=model, args=targs, train_dataset=train, data_collator=default_data_collator)

@@ -22,6 +22,8 @@ FLAG_WORDS: tuple[tuple[str, str], ...] = (
     (r"--tokens-per-step", "tokens per step"),
     (r"--token-budget", "Token budget"),
     (r"--precision", "Precision"),
+    (r"--finetune", "Fine-tuning"),
+    (r"--lora-rank", "LoRA rank"),
     (r"--objective", "the goal (Goal step)"),
     (r"--price-per-gpu-hour", "Price $/GPU-hour (Goal step)"),
     (r"--what-if(?: SPEC)?", "the What-if controls (Results step)"),

@@ -1,4 +1,5 @@
-"""Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, budget."""
+"""Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, budget, and
+fine-tuning (full, LoRA or QLoRA with its rank)."""
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -9,12 +10,14 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static
 
-from ...cli.render import describe_workload
+from ...cli.render import describe_finetune, describe_workload
 from ..widgets import Field
 from ..wording import error_line
 from .base import StepScreen
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+#: Fine-tuning choices: (label, FineTune.method).
+FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
 
 def model_hint() -> str:
@@ -56,6 +59,13 @@ class ModelScreen(StepScreen):
             with Horizontal(classes="row"):
                 yield Label("Token budget", classes="formlabel")
                 yield Field(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("Fine-tuning", classes="formlabel")
+                yield Select(FINETUNES, value="full", allow_blank=False, id="finetune", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("LoRA rank", classes="formlabel")
+                yield Field(placeholder="default 16 (LoRA/QLoRA)", id="lora-rank", compact=True, type="integer",
+                            valid_empty=True)
             yield Static(id="workload-status", classes="panel")
             yield Static(Text(model_hint(), style="dim"), id="model-hint")
 
@@ -64,6 +74,7 @@ class ModelScreen(StepScreen):
 
     @on(Input.Changed)
     @on(Select.Changed, "#precision")
+    @on(Select.Changed, "#finetune")
     def _changed(self) -> None:
         self.validate_form()
 
@@ -93,6 +104,13 @@ class ModelScreen(StepScreen):
             raise ValueError(f"token budget must be positive, got '{text}'")
         return value
 
+    def finetune(self):  # noqa: ANN201 - a FineTune
+        """The Fine-tuning choice and LoRA rank as a FineTune (a rank with full fine-tuning is refused)."""
+        from ...workload.finetune import make_finetune
+
+        method = str(self.query_one("#finetune", Select).value)
+        return make_finetune(method, lora_rank=self._int("#lora-rank"), flags=True)
+
     def validate_form(self) -> None:
         """Build the Workload with the API; show it, or the API's error message inline."""
         from ... import api
@@ -105,7 +123,7 @@ class ModelScreen(StepScreen):
                 raise ValueError("type a model: a size like 1.5B, a preset name or a config.json path")
             wl = api.make_workload(model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
                                    precision=str(self.query_one("#precision", Select).value),
-                                   token_budget=self.token_budget())
+                                   token_budget=self.token_budget(), finetune=self.finetune())
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
@@ -115,5 +133,7 @@ class ModelScreen(StepScreen):
         w.workload = wl
         t = wl.training
         budget = f", token budget {t.token_budget:.3g}" if t.token_budget else ""
-        status.update(Text(f"✓ {describe_workload(wl)}{budget}\n  {wl.tokens_per_step:,} tokens per step; "
+        tuning = describe_finetune(wl)
+        tuning = f"\n  {tuning}" if tuning else ""
+        status.update(Text(f"✓ {describe_workload(wl)}{budget}{tuning}\n  {wl.tokens_per_step:,} tokens per step; "
                            f"{wl.model.source or ''}".rstrip()))

@@ -1,0 +1,60 @@
+"""The Model step's Fine-tuning choice and LoRA rank: the workload the later steps rank carries them."""
+from __future__ import annotations
+
+from textual.widgets import Input, Select, Static
+
+from gpuadvisor.schemas.workload import FineTune
+
+from .conftest import goto, make_app, needs_pipeline, run_async, settle, text_of
+
+SIZE = (80, 24)
+
+
+@run_async
+async def test_choose_qlora_and_rank():
+    app = make_app(model="llama-2-7b")
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        status = app.screen.query_one("#workload-status", Static)
+        assert app.workload.finetune == FineTune() and "trainable" not in text_of(status)
+        app.screen.query_one("#finetune", Select).value = "qlora"
+        app.screen.query_one("#lora-rank", Input).value = "8"
+        await pilot.pause()
+        assert app.workload is not None and app.workload.finetune == FineTune(method="qlora", lora_rank=8)
+        shown = " ".join(text_of(status).split())
+        assert "QLoRA r=8 on q,k,v,o,gate,up,down: 20M trainable of 6.74B (0.30 %)" in shown, shown
+        assert not status.has_class("error")
+
+
+@run_async
+async def test_rank_errors_are_inline_in_the_tuis_words():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        status = app.screen.query_one("#workload-status", Static)
+        rank = app.screen.query_one("#lora-rank", Input)
+        rank.value = "8"  # with full fine-tuning: refused, naming the fields
+        await pilot.pause()
+        msg = " ".join(text_of(status).split())
+        assert status.has_class("error") and app.workload is None
+        assert "LoRA rank only applies to adapters; add Fine-tuning lora" in msg and "--" not in msg, msg
+        app.screen.query_one("#finetune", Select).value = "lora"
+        rank.value = "0"
+        await pilot.pause()
+        msg = " ".join(text_of(status).split())
+        assert status.has_class("error") and "LoRA rank must be a whole number from 1 to 4096" in msg, msg
+        rank.value = ""
+        await pilot.pause()
+        assert not status.has_class("error") and app.workload.finetune == FineTune(method="lora")
+
+
+@needs_pipeline
+@run_async
+async def test_results_rank_the_lora_workload():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        app.screen.query_one("#finetune", Select).value = "lora"
+        await pilot.pause()
+        await goto(pilot, "results")
+        assert app.suggestion is not None and app.suggestion.workload.finetune.method == "lora"
