@@ -11,8 +11,11 @@ nodes uses the rails of its members there, and groups whose members share a rail
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Optional
+
+import numpy as np
 
 from ...schemas import Cluster, LinkClass
 from ...schemas.hardware import Nic, Node
@@ -81,37 +84,122 @@ class Group:
 SHARED_PCIE = (LinkClass.PXB, LinkClass.PHB, LinkClass.NODE, LinkClass.SYS, LinkClass.UNKNOWN)
 
 
+_KINDS = ("nvlink", "pcie", "shm")  # link_kind() values, indexed by the kind arrays below
+
+
+def _node_matrix(node: Node, default_bw: float, default_us: float) -> list[list[tuple[float, float, str, bool]]]:
+    """(GB/s, us, link kind, over shared PCIe) for each ordered device pair of `node`, by device position.
+
+    Pairs without a link (and the diagonal) get the fallback: the node's slowest link rate and largest latency.
+    One dict of the links (first link of a pair wins, as in Node.link) makes this O(devices² + links).
+    """
+    known = node.links
+    fallback = (min((lk.bandwidth_gb_per_s for lk in known), default=default_bw),
+                max((lk.latency_us for lk in known), default=default_us), "pcie", True)
+    by_pair: dict[tuple[int, int], tuple[float, float, str, bool]] = {}
+    for lk in known:
+        key = (lk.a, lk.b) if lk.a < lk.b else (lk.b, lk.a)
+        if key not in by_pair:
+            by_pair[key] = (lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class),
+                            lk.link_class in SHARED_PCIE)
+    devs = [d.index for d in node.devices]
+    return [[(by_pair.get((a, b) if a < b else (b, a), fallback) if a != b else fallback) for b in devs]
+            for a in devs]
+
+
+def _mat_content(node: Node) -> tuple:
+    """What a node's link matrix depends on: device indices in order and each link's pair, class and rates."""
+    return (tuple(d.index for d in node.devices),
+            tuple((lk.a, lk.b, lk.link_class, lk.bandwidth_gb_per_s, lk.latency_us) for lk in node.links))
+
+
+class _Pattern:
+    """Link matrix of one distinct node content as arrays, by (position a, position b)."""
+
+    def __init__(self, mat: list[list[tuple[float, float, str, bool]]]):
+        self.size = len(mat)
+        self.bw = np.array([[c[0] for c in row] for row in mat], dtype=float).reshape(self.size, self.size)
+        self.lat = np.array([[c[1] for c in row] for row in mat], dtype=float).reshape(self.size, self.size)
+        self.kind = np.array([[_KINDS.index(c[2]) for c in row] for row in mat], dtype=np.int8
+                             ).reshape(self.size, self.size)
+        self.shared = np.array([[c[3] for c in row] for row in mat], dtype=bool).reshape(self.size, self.size)
+
+
 class Topology:
-    """Per-cluster link matrices and a cache of group placements (the hot path's lookup table)."""
+    """Per-cluster link matrices and a cache of group placements (the hot path's lookup table).
+
+    Nodes with the same devices and links share one matrix (built once, keyed by content), and nodes with the
+    same rails share one rail table, so a cluster of 16,384 identical nodes costs one node's work. Placement
+    (`_place`) runs over arrays of ranks; on identical nodes it places one period of the layout (the smallest
+    run of whole nodes holding whole groups) rather than the world, where that gives the same answer.
+    """
 
     def __init__(self, cluster: Cluster, default_intra_gb_per_s: float = 8.0, default_intra_us: float = 10.0,
                  net_efficiency: float = 1.0):
         self.cluster = cluster
-        self.mats: list[list[list[tuple[float, float, str]]]] = []
+        self.mats: list[list[list[tuple[float, float, str, bool]]]] = []  # per node (alike nodes share one)
+        self._patterns: list[_Pattern] = []
+        pattern_mats: list[list[list[tuple[float, float, str, bool]]]] = []
+        mat_ids: list[int] = []
+        by_lists: dict[tuple[int, int], int] = {}  # (id(devices), id(links)) -> pattern: copies share the lists
+        by_content: dict[tuple, int] = {}
         for node in cluster.nodes:
-            devs = [d.index for d in node.devices]
-            known = [lk for lk in node.links]
-            fallback = (min((lk.bandwidth_gb_per_s for lk in known), default=default_intra_gb_per_s),
-                        max((lk.latency_us for lk in known), default=default_intra_us), "pcie", True)
-            mat = []
-            for a in devs:
-                row = []
-                for b in devs:
-                    lk = node.link(a, b) if a != b else None
-                    row.append((lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class),
-                                lk.link_class in SHARED_PCIE) if lk else fallback)
-                mat.append(row)
-            self.mats.append(mat)
+            ident = (id(node.devices), id(node.links))
+            m = by_lists.get(ident)
+            if m is None:
+                content = _mat_content(node)
+                m = by_content.get(content)
+                if m is None:
+                    m = by_content[content] = len(pattern_mats)
+                    pattern_mats.append(_node_matrix(node, default_intra_gb_per_s, default_intra_us))
+                    self._patterns.append(_Pattern(pattern_mats[m]))
+                by_lists[ident] = m
+            self.mats.append(pattern_mats[m])
+            mat_ids.append(m)
         net = cluster.network
         self.net_bw = (net.bandwidth_gb_per_s * net_efficiency) if net else float("inf")
         self.net_lat = net.latency_us if net else 0.0
         # per node: the NICs inter-node traffic uses as (GB/s, us), and each device position's rails (NIC indices)
         self.nics: list[list[tuple[float, float]]] = []
         self.gpu_rails: list[list[tuple[int, ...]]] = []
+        rail_ids: list[int] = []
+        rail_keys: dict[tuple, int] = {}
+        by_node_lists: dict[tuple[int, int], int] = {}  # (id(devices), id(nics)) -> rail table
+        tables: list[tuple[list[tuple[float, float]], list[tuple[int, ...]]]] = []
         for node in cluster.nodes:
-            rates, owned = node_rails(node, cluster, net_efficiency)
+            ident = (id(node.devices), id(node.nics))
+            r = by_node_lists.get(ident)
+            if r is None:
+                rates, owned = node_rails(node, cluster, net_efficiency)
+                key = (tuple(rates), tuple(owned))
+                r = rail_keys.get(key)
+                if r is None:
+                    r = rail_keys[key] = len(tables)
+                    tables.append((rates, owned))
+                by_node_lists[ident] = r
+            rates, owned = tables[r]
             self.nics.append(rates)
             self.gpu_rails.append(owned)
+            rail_ids.append(r)
+        self._mat_ids = np.array(mat_ids, dtype=np.int64)
+        self._rail_ids = np.array(rail_ids, dtype=np.int64)
+        # leading nodes alike (same matrix and rails as node 0): placement may use one period of the layout there
+        alike = (self._mat_ids == self._mat_ids[0]) & (self._rail_ids == self._rail_ids[0])
+        self._alike = len(alike) if alike.all() else int(np.argmin(alike))
+        self._all_alike = bool(alike.all())
+        self._nrails = max(len(rates) for rates, _ in tables)
+        J = self._nrails
+        self._rail_bw, self._rail_lat, self._rail_onehot = [], [], []
+        for rates, owned in tables:
+            bw = [b for b, _ in rates] + [self.net_bw] * (J - len(rates))
+            lat = [u for _, u in rates] + [self.net_lat] * (J - len(rates))
+            self._rail_bw.append(np.array(bw, dtype=float))
+            self._rail_lat.append(np.array(lat, dtype=float))
+            onehot = np.zeros((len(owned), J), dtype=bool)
+            for p, js in enumerate(owned):
+                onehot[p, list(js)] = True
+            self._rail_onehot.append(onehot)
+        self._tables: dict[int, np.ndarray] = {}
         self._cache: dict[tuple, Group] = {}
 
     def group(self, kind: str, dp: int, tp: int, pp: int, nodes: int, gpn: int, order: str) -> Group:
@@ -123,93 +211,162 @@ class Topology:
         return g
 
     def _place(self, kind: str, dp: int, tp: int, pp: int, nodes: int, gpn: int, order: str) -> Group:
-        """Enumerate every group of `kind`; ring hops -> slowest link, NIC flows per node."""
+        """Every group of `kind` as arrays of ranks; ring hops -> slowest link, NIC flows per node.
+
+        Groups are arithmetic progressions: rank = t + tp*(d + dp*p) for tp-dp-pp, t + tp*(p + pp*d) for
+        tp-pp-dp, so the groups of one kind are rows of `first member + stride * arange(n)`, listed in the order
+        of the loops over the other two coordinates. The groups tile aligned blocks of stride*n ranks; on
+        identical nodes the layout repeats every lcm(block, gpn) ranks, so one period gives every per-node and
+        per-group figure (`_stats` says when the order of the NIC-load sums could still matter: then the world).
+        """
         inf = float("inf")
-        # rank = tp_i + tp*(dp_i + dp*pp_i) for tp-dp-pp; rank = tp_i + tp*(pp_i + pp*dp_i) for tp-pp-dp
-        def rank(t: int, d: int, p: int) -> int:
-            return t + tp * (d + dp * p) if order == "tp-dp-pp" else t + tp * (p + pp * d)
-        groups = []
+        sd, sp = (tp, tp * dp) if order == "tp-dp-pp" else (tp * pp, tp)  # strides of d and p (t's is 1)
         if kind == "tp":
-            groups = [[rank(t, d, p) for t in range(tp)] for d in range(dp) for p in range(pp)]
+            n, stride, (a, sa), (b, sb) = tp, 1, (dp, sd), (pp, sp)
         elif kind == "dp":
-            groups = [[rank(t, d, p) for d in range(dp)] for t in range(tp) for p in range(pp)]
+            n, stride, (a, sa), (b, sb) = dp, sd, (tp, 1), (pp, sp)
         else:
-            groups = [[rank(t, d, p) for p in range(pp)] for t in range(tp) for d in range(dp)]
-        n = len(groups[0])
+            n, stride, (a, sa), (b, sb) = pp, sp, (tp, 1), (dp, sd)
         if n == 1:
             return Group(1, 1, 1, inf, 0.0, "none", inf, 0.0, "none", inf, 0)
-        flows = [0] * nodes
-        shared = [0] * nodes
-        chain = [0] * nodes  # pipeline boundaries (no wrap-around hop) over shared uplinks
-        for members in groups:  # concurrent in-node transfers over shared PCIe uplinks, per node
-            for i, r in enumerate(members):
-                s = members[(i + 1) % n]
-                if r // gpn == s // gpn:
-                    mat = self.mats[min(r // gpn, len(self.mats) - 1)]
-                    if r % gpn < len(mat) and s % gpn < len(mat) and mat[r % gpn][s % gpn][3]:
-                        shared[r // gpn] += 1
-                        if i + 1 < n:
-                            chain[r // gpn] += 1
-        intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
-        span, per_node, rails = 1, 1, 0
-        load: dict[tuple[int, int], float] = {}  # (node, NIC) -> hops through it, each split over its group's rails
-        hops: dict[tuple[int, int], int] = {}    # (node, NIC) -> hops that put traffic on it
-        for members in groups:
-            nodes_of = [r // gpn for r in members]
-            span = max(span, len(set(nodes_of)))
-            per_node = max(per_node, max(nodes_of.count(x) for x in set(nodes_of)))
-            used: dict[int, set[int]] = {}  # node -> the group's rails there
-            for r in members:
-                used.setdefault(r // gpn, set()).update(self._rails_of(r // gpn, r % gpn))
-            for i, r in enumerate(members):
-                na = r // gpn
-                if members[(i + 1) % n] // gpn != na:
-                    share = used[na]
-                    rails = max(rails, len(share))
-                    for j in share:
-                        load[(na, j)] = load.get((na, j), 0.0) + 1.0 / len(share)
-                        hops[(na, j)] = hops.get((na, j), 0) + 1
-            for i, r in enumerate(members):
-                s = members[(i + 1) % n]
-                na, nb = r // gpn, s // gpn
-                if na == nb:
-                    mat = self.mats[min(na, len(self.mats) - 1)]
-                    la, lb = r % gpn, s % gpn
-                    if la < len(mat) and lb < len(mat):
-                        bw, lat, k, sh = mat[la][lb]
-                        if sh:
-                            bw = bw / max(1.0, shared[na] / 2.0)
-                        if bw < intra_bw:
-                            intra_bw, intra_kind = bw, k
-                        intra_lat = max(intra_lat, lat)
-                else:
-                    flows[na] += 1
-        busiest = max(flows) if flows else 0
-        if busiest:
-            # every group moves at the rate its busiest NIC allows: NIC j carries load_j ring flows
-            per_flow, net_lat = inf, 0.0
-            for (na, j), lj in load.items():
-                bw_j, lat_j = self._nic(na, j)
-                per_flow = min(per_flow, bw_j / lj)
-                net_lat = max(net_lat, lat_j)
-            bw = min(per_flow, intra_bw)
-            kind_s = "network" if per_flow <= intra_bw else intra_kind
-            lat = max(net_lat, intra_lat)
-            nic_flows = max(hops.values())
+        first = np.add.outer(np.arange(a, dtype=np.int64) * sa, np.arange(b, dtype=np.int64) * sb).ravel()
+        world, block = dp * tp * pp, stride * n
+        if self._all_alike or -(-world // gpn) <= self._alike:  # every node the plan uses is alike
+            if block % gpn == 0:
+                # blocks of whole nodes, all alike and apart, so block 0 says it all. Around its ring (hop r -> r +
+                # stride mod block) the rows repeat every q members (stride*q = lcm(stride, gpn): whole nodes): two
+                # such runs stand for the n/q of them, with each group's node count scaled back. Shifting the
+                # block by gpn ranks maps nodes onto nodes and groups onto groups, so node 0 and the groups on it
+                # have every per-node and per-group figure, unless the order of the groups could matter
+                q = gpn // math.gcd(stride, gpn)
+                m = 2 * q if n > 2 * q else n
+                ring = stride * np.arange(m, dtype=np.int64)
+                g = self._stats(first[first < min(stride, gpn)][:, None] + ring, gpn, True, node0=True)
+                if g is None:
+                    g = self._stats(first[first < stride][:, None] + ring, gpn, False)
+                assert g is not None
+                return g if m == n else replace(g, n=n, nodes=g.nodes * n // m)
+            period = math.lcm(block, gpn)
+            if period < world and world % period == 0:
+                # blocks straddle nodes: the layout repeats every `period` ranks; place the first
+                g = self._stats(first[first < period][:, None] + stride * np.arange(n, dtype=np.int64), gpn, True)
+                if g is not None:
+                    return g
+        g = self._stats(first[:, None] + stride * np.arange(n, dtype=np.int64), gpn, False)
+        assert g is not None
+        return g
+
+    def _rail_table(self, gpn: int) -> np.ndarray:
+        """(rail table, device position, NIC) -> the position sends over that NIC; positions past a node's
+        devices use NIC 0 (as node_rails' tables say nothing about them)."""
+        t = self._tables.get(gpn)
+        if t is None:
+            rows = max([gpn] + [len(oh) for oh in self._rail_onehot])
+            t = np.zeros((len(self._rail_onehot), rows, self._nrails), dtype=bool)
+            t[:, :, 0] = True
+            for i, oh in enumerate(self._rail_onehot):
+                t[i, :len(oh)] = oh
+            t = self._tables[gpn] = t
+        return t
+
+    def _stats(self, members: np.ndarray, gpn: int, one_period: bool, node0: bool = False) -> Optional[Group]:
+        """The Group of the rows of `members` (ranks, each row one group in ascending order, rows in the order
+        the groups are listed). With `one_period` the rows are one period of identical nodes, and None says
+        the world must be placed instead: ties between link kinds at the slowest hop, or a NIC whose load sums
+        mix shares whose floating-point sum depends on the order of the periods. With `node0` only the hops
+        leaving ranks of node 0 count (the rows are every group with a member there)."""
+        inf = float("inf")
+        rows, n = members.shape
+        nd = members // gpn
+        pos = members - nd * gpn
+        f_nd, f_pos = nd.ravel(), pos.ravel()
+        nx, npos = np.roll(nd, -1, axis=1).ravel(), np.roll(pos, -1, axis=1).ravel()
+        last = np.zeros((rows, n), dtype=bool)
+        last[:, -1] = True  # the ring's wrap-around hop (i = n-1 -> 0): not a pipeline boundary
+        last = last.ravel()
+        top = len(self.mats) - 1
+        n_nodes = int(f_nd.max()) + 1
+        same = f_nd == nx
+        mine = f_nd == 0 if node0 else np.ones(rows * n, dtype=bool)  # hops counted: from these ranks
+        # hops inside a node: link of (position, next position) from the node's matrix
+        hop = np.flatnonzero(same & mine)
+        la, lb, hn = f_pos[hop], npos[hop], f_nd[hop]
+        if len(self._patterns) == 1:
+            pat = self._patterns[0]
+            ok = (la < pat.size) & (lb < pat.size)
+            hop, la, lb, hn = hop[ok], la[ok], lb[ok], hn[ok]
+            bw, lat, kd, sh = pat.bw[la, lb], pat.lat[la, lb], pat.kind[la, lb], pat.shared[la, lb]
         else:
-            per_flow, bw, kind_s, lat, nic_flows, rails = inf, intra_bw, intra_kind, intra_lat, 0, 0
-        return Group(n, span, per_node, bw, lat, kind_s, intra_bw, intra_lat, intra_kind, per_flow, nic_flows,
-                     max(chain) if chain else 0, busiest, rails)
-
-    def _rails_of(self, node: int, pos: int) -> tuple[int, ...]:
-        """NIC indices device position `pos` of `node` sends over (nodes past the list repeat the last)."""
-        owned = self.gpu_rails[min(node, len(self.gpu_rails) - 1)]
-        return owned[pos] if pos < len(owned) else (0,)
-
-    def _nic(self, node: int, j: int) -> tuple[float, float]:
-        """(GB/s, us) of NIC j of `node`."""
-        rates = self.nics[min(node, len(self.nics) - 1)]
-        return rates[j] if j < len(rates) else (self.net_bw, self.net_lat)
+            mid = self._mat_ids[np.minimum(hn, top)]
+            size = np.array([p.size for p in self._patterns])[mid]
+            ok = (la < size) & (lb < size)
+            hop, la, lb, hn, mid = hop[ok], la[ok], lb[ok], hn[ok], mid[ok]
+            bw, lat = np.empty(len(hop)), np.empty(len(hop))
+            kd, sh = np.empty(len(hop), dtype=np.int8), np.empty(len(hop), dtype=bool)
+            for m, pat in enumerate(self._patterns):
+                s = mid == m
+                if s.any():
+                    bw[s], lat[s] = pat.bw[la[s], lb[s]], pat.lat[la[s], lb[s]]
+                    kd[s], sh[s] = pat.kind[la[s], lb[s]], pat.shared[la[s], lb[s]]
+        # concurrent in-node transfers over shared PCIe uplinks per node, and pipeline boundaries among them
+        shared = np.bincount(hn[sh], minlength=n_nodes)
+        chain = np.bincount(hn[sh & ~last[hop]], minlength=n_nodes)
+        bw = np.where(sh, bw / np.maximum(1.0, shared[hn] / 2.0), bw)
+        intra_bw, intra_lat, intra_kind = inf, 0.0, "none"
+        if len(bw):
+            i = int(np.argmin(bw))
+            if bw[i] < inf:
+                intra_bw, intra_kind = float(bw[i]), _KINDS[kd[i]]
+                if one_period and len(np.unique(kd[bw == bw[i]])) > 1:
+                    return None  # which kind comes first depends on the order of the periods
+            intra_lat = max(intra_lat, float(lat.max()))
+        # nodes per group, and most ranks of one group on one node: runs of one node along each row
+        start = np.empty(rows * n, dtype=bool)
+        start[0] = True
+        start[1:] = f_nd[1:] != f_nd[:-1]
+        start[::n] = True
+        starts = np.flatnonzero(start)
+        span = max(1, int(np.bincount(starts // n).max()))
+        per_node = max(1, int(np.diff(np.append(starts, rows * n)).max()))
+        out = np.flatnonzero(~same & mine)  # hops that leave their node
+        busiest = int(np.bincount(f_nd[out]).max()) if len(out) else 0
+        chain_max = int(chain.max()) if len(chain) else 0
+        if not busiest:
+            return Group(n, span, per_node, intra_bw, intra_lat, intra_kind, intra_bw, intra_lat, intra_kind, inf, 0,
+                         chain_max, 0, 0)
+        # a hop leaving node x splits over the rails its group's members use on x (the group's run there)
+        rid = self._rail_ids[np.minimum(f_nd, top)]
+        used = np.logical_or.reduceat(self._rail_table(gpn)[rid, f_pos], starts, axis=0)
+        k = used.sum(axis=1)
+        run = (np.cumsum(start) - 1)[out]
+        rails = int(k[run].max())
+        J = self._nrails
+        hi, j = np.nonzero(used[run])  # hop-major: the order the reference adds 1/len(share)
+        kh = k[run][hi]
+        key = f_nd[out][hi] * J + j
+        load = np.bincount(key, weights=1.0 / kh, minlength=n_nodes * J)
+        hops = np.bincount(key, minlength=n_nodes * J)
+        if one_period and ((kh & (kh - 1)) != 0).any():
+            # 1/k for k not a power of two rounds: the sum is the same in every period only if one NIC's shares
+            # are all equal (or all powers of two)
+            lo = np.full(n_nodes * J, np.iinfo(np.int64).max)
+            hi_k = np.zeros(n_nodes * J, dtype=np.int64)
+            np.minimum.at(lo, key, kh)
+            np.maximum.at(hi_k, key, kh)
+            odd = np.bincount(key, weights=((kh & (kh - 1)) != 0), minlength=n_nodes * J) > 0
+            if (odd & (lo != hi_k) & (hops > 0)).any():
+                return None
+        used_keys = np.flatnonzero(hops)
+        knode = np.minimum(used_keys // J, top)
+        table = self._rail_ids[knode]
+        bw_j = np.stack(self._rail_bw)[table, used_keys % J]
+        lat_j = np.stack(self._rail_lat)[table, used_keys % J]
+        per_flow = float((bw_j / load[used_keys]).min())
+        net_lat = max(0.0, float(lat_j.max()))
+        bw_g = min(per_flow, intra_bw)
+        kind_s = "network" if per_flow <= intra_bw else intra_kind
+        return Group(n, span, per_node, bw_g, max(net_lat, intra_lat), kind_s, intra_bw, intra_lat, intra_kind,
+                     per_flow, int(hops.max()), chain_max, busiest, rails)
 
 
 # Nic.kind -> Network.protocol of the transport NCCL runs over the port (RDMA verbs, or TCP sockets)
