@@ -46,9 +46,6 @@ def test_64_nodes_of_8_rank_in_seconds():
     assert "64 node(s) x 8" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="Topology.__init__ (costmodel/analytical/comm.py) looks up every device pair "
-                                       "with Node.link, a scan of all links: O(n^4) per node, > 300 s for 256 GPUs; "
-                                       "a dict of links per node fixes it (lead's rewrite: drop this marker then)")
 def test_256_gpus_in_one_node_rank_in_seconds(tmp_path):
     f = tmp_path / "big.yaml"
     f.write_text("name: big\nnodes:\n  - name: n\n    gpus: 256x A40\n    topology: SYS\n")
