@@ -121,3 +121,29 @@ def test_baselines_differ(runs):
 
 def test_lora_trains_fewer_tokens_per_parameter_but_the_same_tokens(runs):
     assert all(runs[n].summary.total_tokens == 4 * 4 * 16 for n in ALL)
+
+
+def test_tensor_parallel_gradients_equal_the_unsharded_models(tmp_path):
+    """QK-norm weights, the MoE router and every expert get the full model's gradient under TP and TP+SP."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ._launch import env
+
+    paths = []
+    for name, j in (("moe_tp", job(MOE, tp=2)), ("moe_tp_sp", job(MOE, tp=2, sequence_parallel=True))):
+        (tmp_path / f"{name}.json").write_text(j.model_dump_json())
+        paths.append(str(tmp_path / f"{name}.json"))
+    probe = Path(__file__).with_name("_tp_grad_probe.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(probe),
+           str(tmp_path / "out.json"), *paths]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    for path, diffs in result.items():
+        assert any("q_norm" in n for n in diffs) and any("router" in n for n in diffs)
+        worst = max(diffs, key=diffs.get)
+        print(f"{Path(path).stem}: worst relative gradient difference {diffs[worst]:.1e} ({worst})")
+        assert diffs[worst] < 1e-5, (path, worst, diffs[worst])
