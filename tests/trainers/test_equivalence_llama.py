@@ -105,7 +105,9 @@ def max_rel_diff(got: list[float], base: list[float]) -> float:
 @pytest.mark.parametrize("name", ALL)
 def test_same_losses_as_single_process(runs, name):
     base, got = global_losses(runs[baseline(name)]), global_losses(runs[name])
-    print(f"{name}: max relative loss difference {max_rel_diff(got, base):.2e} vs {baseline(name)}")
+    step = sorted(runs[name].ranks[0].step_times_s)[len(runs[name].ranks[0].step_times_s) // 2]
+    print(f"{name}: max relative loss difference {max_rel_diff(got, base):.2e} vs {baseline(name)}; "
+          f"median step {step * 1e3:.1f} ms")
     assert len(got) == len(base) == 5
     assert got == pytest.approx(base, rel=RTOL), f"{name}: {got} vs {baseline(name)} {base}"
 

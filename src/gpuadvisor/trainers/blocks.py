@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 import torch.nn as nn
@@ -222,5 +222,5 @@ class Block(nn.Module):
             [self.mlp.shared] if self.mlp.shared is not None else [])]
         out = [self.attn.proj]
         for m in mlps:
-            out.append(m.fc2 if isinstance(m, MLP) else m.down)  # type: ignore[union-attr]
+            out.append(m.fc2 if isinstance(m, MLP) else cast(GatedMLP, m).down)
         return out

@@ -71,7 +71,8 @@ def apply_lora(model: GPT, ft: FineTune, seed: int, compute_dtype: torch.dtype =
         return model
     if ft.method == "qlora":
         quantize_blocks(model, ft, compute_dtype)
-    config = LoraConfig(r=ft.lora_rank, lora_alpha=ft.alpha, lora_dropout=0.0, bias="none",
+    # peft annotates lora_alpha as int but scales by lora_alpha / r, so a fractional alpha works as written
+    config = LoraConfig(r=ft.lora_rank, lora_alpha=ft.alpha, lora_dropout=0.0, bias="none",  # type: ignore[arg-type]
                         target_modules=target_names(model, ft))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import cast
 
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleInputOutput,
-                                               PrepareModuleOutput, RowwiseParallel, SequenceParallel,
+from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
+                                               PrepareModuleInputOutput, PrepareModuleOutput, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -40,7 +40,7 @@ def mlp_plan(prefix: str, mlp, sp_output) -> dict:
 
     cols = ("gate", "up") if isinstance(mlp, GatedMLP) else ("fc1",)
     down = "down" if isinstance(mlp, GatedMLP) else "fc2"
-    out = {f"{prefix}.{c}": ColwiseParallel() for c in cols}
+    out: dict[str, ParallelStyle] = {f"{prefix}.{c}": ColwiseParallel() for c in cols}
     out[f"{prefix}.{down}"] = RowwiseParallel(output_layouts=sp_output)
     return out
 
