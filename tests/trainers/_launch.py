@@ -25,15 +25,17 @@ def job(spec: ModelSpec = TINY, steps: int = 4, warmup: int = 1, model: str = "g
                       steps=steps, warmup=warmup, lr=1e-3, device="cpu", init_timeout_s=120)
 
 
-def env() -> dict:
-    e = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+def env(**extra: str) -> dict:
+    e = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         e.pop(k, None)
     return e
 
 
-def launch(tmp: Path, jobs: dict[str, TrainerJob], nproc: int, timeout: int = 400) -> subprocess.CompletedProcess:
-    """Run `jobs` (name -> job) in one launch: torchrun for nproc > 1, plain python for 1 rank."""
+def launch(tmp: Path, jobs: dict[str, TrainerJob], nproc: int, timeout: int = 400,
+           **extra_env: str) -> subprocess.CompletedProcess:
+    """Run `jobs` (name -> job) in one launch: torchrun for nproc > 1, plain python for 1 rank; `extra_env`
+    is added to the ranks' environment (e.g. GPUADVISOR_ZERO_IMPL="fsdp")."""
     args = []
     for i, (name, j) in enumerate(jobs.items()):
         path = tmp / f"{name}.json"
@@ -45,7 +47,7 @@ def launch(tmp: Path, jobs: dict[str, TrainerJob], nproc: int, timeout: int = 40
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "gpuadvisor.trainers", *args]
-    return subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=env(**extra_env), capture_output=True, text=True, timeout=timeout)
 
 
 def errors(out: Path) -> list[dict]:

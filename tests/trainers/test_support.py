@@ -43,3 +43,60 @@ def test_trial_planner_offers_only_runnable_plans():
     plans = [e.plan for e in planner.estimates()] + [e.plan for e in planner.top(5)]
     assert plans
     assert all(unsupported_reason(p, wl, cuda=False) is None for p in plans)
+
+
+def _llama_workload(**model):
+    from gpuadvisor.schemas import ModelSpec, TrainingSettings, Workload
+
+    spec = ModelSpec(name="l", n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=64, mlp="swiglu",
+                     **{"n_kv_heads": 2, **model})
+    return Workload(model=spec, training=TrainingSettings(seq_len=16, global_batch=4))
+
+
+def test_tp_must_keep_whole_kv_heads_and_expert_columns():
+    tp4 = Plan(tp=4, micro_batch_size=4, devices_per_node=4)
+    assert unsupported_reason(tp4, _llama_workload(), cuda=True) == \
+        "tp=4 must divide n_kv_heads=2 (each rank keeps whole heads and MLP columns)"
+    assert unsupported_reason(tp4, _llama_workload(n_kv_heads=4), cuda=True) is None
+    moe = _llama_workload(n_kv_heads=4, n_experts=4, experts_per_token=2, expert_d_ff=6)
+    assert "expert_d_ff=6" in unsupported_reason(tp4, moe, cuda=True)
+    sp = Plan(tp=2, micro_batch_size=4, devices_per_node=2, sequence_parallel=True)
+    odd = _llama_workload().model_copy(update={"training": _llama_workload().training.model_copy(
+        update={"seq_len": 15})})
+    assert "seq_len 15" in unsupported_reason(sp, odd, cuda=True)
+
+
+def test_lora_runs_data_parallel_only():
+    from gpuadvisor.schemas.workload import FineTune
+
+    from gpuadvisor.trainers.support import bitsandbytes_version
+
+    lora = _llama_workload().model_copy(update={"finetune": FineTune(method="lora")})
+    qlora = _llama_workload().model_copy(update={"finetune": FineTune(method="qlora")})
+    dp_plans = [Plan(dp=2, zero_stage=z, micro_batch_size=2, devices_per_node=2) for z in (0, 1, 2, 3)]
+    assert all(unsupported_reason(p, lora, cuda=c) is None for p in dp_plans for c in (False, True))
+    for plan in (Plan(tp=2, micro_batch_size=4, devices_per_node=2),
+                 Plan(pp=2, micro_batch_size=1, num_micro_batches=4, devices_per_node=2)):
+        for wl in (lora, qlora):
+            assert unsupported_reason(plan, wl, cuda=True) == "LoRA/QLoRA trials run data parallel only: DDP, ZeRO or FSDP"
+    offload = Plan(dp=2, zero_stage=3, zero_offload=True, micro_batch_size=2, devices_per_node=2)
+    assert "offload" in unsupported_reason(offload, lora, cuda=True)
+    ddp = dp_plans[0]
+    if bitsandbytes_version() is None:
+        assert "bitsandbytes" in unsupported_reason(ddp, qlora, cuda=True)
+    else:
+        assert unsupported_reason(ddp, qlora, cuda=True) is None
+        assert "ZeRO" in unsupported_reason(dp_plans[3], qlora, cuda=True)
+
+
+def test_qlora_needs_bitsandbytes(monkeypatch):
+    from gpuadvisor.schemas.workload import FineTune
+    from gpuadvisor.trainers import support
+
+    qlora = _llama_workload().model_copy(update={"finetune": FineTune(method="qlora")})
+    ddp = Plan(dp=2, micro_batch_size=2, devices_per_node=2)
+    monkeypatch.setattr(support, "bitsandbytes_version", lambda: None)
+    assert "need bitsandbytes" in unsupported_reason(ddp, qlora, cuda=True)
+    monkeypatch.setattr(support, "bitsandbytes_version", lambda: (0, 45, 0))
+    assert unsupported_reason(ddp, qlora, cuda=True) is None
+    assert "4-bit kernels on CUDA" in unsupported_reason(ddp, qlora, cuda=False)

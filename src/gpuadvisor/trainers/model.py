@@ -1,11 +1,14 @@
-"""The one GPT model every strategy trains: a pre-LN decoder built from a `ModelSpec`.
+"""The one decoder every strategy trains: a pre-norm transformer built from a `ModelSpec`.
 
 Layout (GPT-2, Radford et al. 2019; the A6000 paper's SimpleTransformerDecoder, §II-C):
-token embedding + learned positions -> n_layers x [LN -> causal self-attention -> +res,
-LN -> Linear(d_model, d_ff) -> GELU -> Linear(d_ff, d_model) -> +res] -> LN -> LM head.
+token embedding (+ learned positions when max_seq_len > 0) -> n_layers x Block -> final norm -> LM head.
+The Block (`blocks.py`) is GPT-2's [LN -> causal self-attention -> +res, LN -> Linear -> GELU -> Linear -> +res]
+for mlp "gelu", or the Llama family's (RMSNorm, RoPE, GQA, SwiGLU/GeGLU, QK-norm, MoE) as the spec says;
+its parameter count equals `workload.shapes.model_params(spec)` (tested).
 
 Written so the parallel strategies can cut it without rewriting it:
-- tensor parallel shards `attn.q/k/v` and `mlp.fc1` column-wise and `attn.proj`/`mlp.fc2` row-wise
+- tensor parallel shards `attn.q/k/v` and `mlp.fc1` (gated: `gate`, `up`) column-wise and `attn.proj`/`mlp.fc2`
+  (gated: `down`) row-wise, every MoE expert like the dense MLP
   (Megatron-LM, Shoeybi et al. 2019, §3); q, k and v are separate Linears so a column split keeps
   whole heads, and attention reads the local head count from the tensor shape.
 - pipeline parallel builds a `GPTStage` from a layer range: the first stage owns the embeddings,
@@ -26,74 +29,23 @@ from typing import cast
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from ..schemas.workload import ModelSpec
-
-
-class Attention(nn.Module):
-    """Causal multi-head self-attention with separate q/k/v projections (TP-friendly)."""
-
-    def __init__(self, d_model: int, n_heads: int):
-        super().__init__()
-        self.head_dim = d_model // n_heads
-        self.q = nn.Linear(d_model, d_model)
-        self.k = nn.Linear(d_model, d_model)
-        self.v = nn.Linear(d_model, d_model)
-        self.proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t = x.shape[0], x.shape[1]
-        # -1 heads: under tensor parallelism each rank holds n_heads / tp of them.
-        q, k, v = (m(x).view(b, t, -1, self.head_dim).transpose(1, 2) for m in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
-
-
-class MLP(nn.Module):
-    """Linear(d_model, d_ff) -> GELU -> Linear(d_ff, d_model)."""
-
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__()
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.fc2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class Block(nn.Module):
-    """Pre-LN transformer layer; `recompute` re-runs its forward in backward (full recompute)."""
-
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, recompute: bool = False):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_heads)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = MLP(d_model, d_ff)
-        self.recompute = recompute
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.recompute and torch.is_grad_enabled():
-            # Activation checkpointing (Chen et al. 2016): keep only the block input.
-            return checkpoint(self._forward, x, use_reentrant=False)
-        return self._forward(x)
+from .blocks import Block, BlockConfig, make_norm
 
 
 class Embedding(nn.Module):
-    """Token embedding + learned absolute positions."""
+    """Token embedding + learned absolute positions (`max_seq_len` > 0), or tokens only (rotary models add
+    positions inside attention)."""
 
     def __init__(self, vocab_size: int, max_seq_len: int, d_model: int):
         super().__init__()
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_seq_len, d_model)
+        self.pos = nn.Embedding(max_seq_len, d_model) if max_seq_len else None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if self.pos is None:
+            return self.tok(idx)
         t = idx.shape[1]
         if t > self.pos.num_embeddings:
             raise ValueError(f"sequence length {t} exceeds the model's max_seq_len {self.pos.num_embeddings}")
@@ -107,22 +59,19 @@ class GPT(nn.Module):
         super().__init__()
         if spec.kind != "transformer":
             raise ValueError(f"model '{spec.name}' is generic (params + FLOPs); the GPT trainer needs a transformer shape")
-        max_len = spec.max_seq_len or seq_len
-        if seq_len > max_len:
-            raise ValueError(f"seq_len {seq_len} exceeds max_seq_len {max_len} of '{spec.name}'")
+        if spec.max_seq_len and seq_len > spec.max_seq_len:
+            raise ValueError(f"seq_len {seq_len} exceeds max_seq_len {spec.max_seq_len} of '{spec.name}'")
         self.spec = spec
-        self.embed = Embedding(spec.vocab_size, max_len, spec.d_model)
-        self.blocks = nn.ModuleList(
-            Block(spec.d_model, spec.n_heads, spec.d_ff, recompute) for _ in range(spec.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(spec.d_model)
+        self.embed = Embedding(spec.vocab_size, spec.max_seq_len, spec.d_model)
+        configs = [BlockConfig.from_spec(spec, i) for i in range(spec.n_layers)]
+        self.blocks = nn.ModuleList(Block(c, recompute) for c in configs)
+        self.ln_f = make_norm(configs[0].shape, spec.d_model)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.apply(self._init)
-        # GPT-2: scale residual projections by 1/sqrt(2 L).
+        # GPT-2: scale residual projections (attention out, MLP/expert down) by 1/sqrt(2 L).
         for b in self.blocks:
-            blk = cast(Block, b)
-            for w in (blk.attn.proj.weight, blk.mlp.fc2.weight):
-                nn.init.normal_(w, std=0.02 / math.sqrt(2 * spec.n_layers))
+            for lin in cast(Block, b).residual_projections():
+                nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * spec.n_layers))
         self.tied = spec.tied_embeddings if tie is None else tie
         if self.tied:
             self.head.weight = self.embed.tok.weight

@@ -5,12 +5,78 @@ They run: single device; DDP; TP and TP x DP; PP and PP x DP (GPipe, 1F1B, inter
 ZeRO-2/3 with TP (FSDP2 x TP); ZeRO-3 with PP (FSDP2 per stage). `Plan` itself refuses ZeRO-2 with PP and
 offload/hpZ with TP or PP. Not run: TP combined with PP (with or without ZeRO), and fp16 loss scaling with
 pipelining or with ZeRO next to TP/PP.
+
+The model is the spec's: GPT-2 or Llama-family blocks, dense or MoE (`blocks.py`), under every strategy above.
+TP keeps whole heads per rank, so tp must divide n_heads and n_kv_heads (grouped-query attention) and the
+MLP widths (d_ff, expert_d_ff, shared_expert_d_ff), and with sequence parallel the sequence length.
+LoRA/QLoRA (`lora.py`) run data parallel only: single device, DDP, DeepSpeed ZeRO-1/2/3 (no offload/hpZ) or,
+with GPUADVISOR_ZERO_IMPL=fsdp, FSDP2 ZeRO-2/3. QLoRA needs bitsandbytes' NF4 kernels (on CPU: bitsandbytes
+>= 0.50, the version its CPU 4-bit path was tested with here) and runs single device or DDP.
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import Optional
 
 from ..schemas import Plan, Workload
+from ..schemas.workload import ModelSpec
+
+#: bitsandbytes versions whose 4-bit NF4 Linear ran forward and backward on CPU in this project's tests.
+BNB_CPU_MIN = (0, 50)
+
+
+def tp_shape_reason(plan: Plan, spec: ModelSpec, seq_len: int) -> Optional[str]:
+    """Why `spec` cannot be cut `plan.tp` ways (None if it can): whole heads and MLP columns per rank."""
+    tp = plan.tp
+    if tp == 1 or spec.kind != "transformer":
+        return None
+    widths = {"n_heads": spec.n_heads, "n_kv_heads": spec.n_kv_heads or spec.n_heads}
+    if spec.n_experts:
+        widths["expert_d_ff"] = spec.expert_d_ff or spec.d_ff
+        if spec.shared_expert_d_ff:
+            widths["shared_expert_d_ff"] = spec.shared_expert_d_ff
+    else:
+        widths["d_ff"] = spec.d_ff
+    bad = [f"{k}={v}" for k, v in widths.items() if v % tp]
+    if bad:
+        return f"tp={tp} must divide {', '.join(bad)} (each rank keeps whole heads and MLP columns)"
+    if plan.sequence_parallel and seq_len % tp:
+        return f"sequence parallel needs seq_len {seq_len} divisible by tp={tp}"
+    return None
+
+
+def bitsandbytes_version() -> Optional[tuple[int, ...]]:
+    """The installed bitsandbytes version as integers, or None when it is absent (no import: torch-free)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return None
+    from importlib.metadata import version
+
+    parts = []
+    for piece in version("bitsandbytes").split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def finetune_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
+    """Why a LoRA/QLoRA trial of `plan` cannot run (None if it can, or for full fine-tuning)."""
+    ft = workload.finetune
+    if not ft.adapters:
+        return None
+    if plan.tp > 1 or plan.pp > 1:
+        return "LoRA/QLoRA trials run data parallel only: DDP, ZeRO or FSDP"
+    if plan.zero_offload or plan.zero_hpz_partition_size > 1:
+        return "LoRA/QLoRA trials do not run ZeRO offload or hpZ; use plain ZeRO-1/2/3"
+    if ft.method == "qlora":
+        bnb = bitsandbytes_version()
+        if bnb is None:
+            return "QLoRA trials need bitsandbytes (pip install 'gpuadvisor[qlora]'); this host has none"
+        if not cuda and bnb[:2] < BNB_CPU_MIN:
+            return (f"QLoRA trials need bitsandbytes 4-bit kernels on CUDA, or bitsandbytes >= "
+                    f"{'.'.join(map(str, BNB_CPU_MIN))} on CPU; this host has {'.'.join(map(str, bnb))} and no CUDA")
+        if plan.zero_stage:
+            return "QLoRA trials run single device or DDP (the bundled ZeRO/FSDP paths do not shard 4-bit weights)"
+    return None
 
 
 def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
@@ -24,4 +90,7 @@ def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optiona
         return "the bundled trainers do not run fp16 loss scaling with ZeRO x TP (use bf16)"
     if plan.comm_hook == "bf16" and not cuda:
         return "the bf16 compression hook needs CUDA/NCCL; gloo refuses it"
-    return None
+    why = finetune_reason(plan, workload, cuda=cuda)
+    if why:
+        return why
+    return tp_shape_reason(plan, workload.model, workload.training.seq_len)

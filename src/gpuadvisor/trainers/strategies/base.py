@@ -57,6 +57,8 @@ class Strategy:
         self.is_gpt = job.trainer_model == "gpt"
         if not self.is_gpt and (self.plan.tp > 1 or self.plan.pp > 1):
             raise ValueError("the ResNet-18 trainer supports single, DDP and ZeRO plans only (tp = pp = 1)")
+        if not self.is_gpt and job.workload.finetune.adapters:
+            raise ValueError("LoRA/QLoRA trials train the GPT trainer's model, not ResNet-18")
         self.seq_len = job.workload.training.seq_len if self.is_gpt else 1
         self.global_batch = self.plan.global_batch()
         if self.global_batch != job.workload.training.global_batch:
@@ -71,11 +73,17 @@ class Strategy:
 
     # --- model and data -------------------------------------------------------------------------
     def build_model(self, tie: Optional[bool] = None) -> nn.Module:
-        """The full model from job.seed on CPU (identical on every rank), not yet moved or sharded."""
+        """The full model from job.seed on CPU (identical on every rank), not yet moved or sharded; with LoRA or
+        QLoRA (`workload.finetune`) the base is frozen and carries seeded adapters (`lora.apply_lora`)."""
         job = self.ctx.job
-        if self.is_gpt:
-            return build_gpt(job.workload.model, self.seq_len, job.seed, recompute=self.plan.recompute, tie=tie)
-        return build_resnet18(job.seed)
+        if not self.is_gpt:
+            return build_resnet18(job.seed)
+        model = build_gpt(job.workload.model, self.seq_len, job.seed, recompute=self.plan.recompute, tie=tie)
+        if job.workload.finetune.adapters:
+            from ..lora import apply_lora
+
+            model = apply_lora(model, job.workload.finetune, job.seed, compute_dtype=self.ctx.amp_dtype or torch.float32)
+        return model
 
     def global_batch_at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         job = self.ctx.job

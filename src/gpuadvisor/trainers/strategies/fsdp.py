@@ -17,9 +17,15 @@ Outside the pipeline, gradients are reduce-scattered after every micro-batch (De
 do the same) and averaged over "dp", so every strategy takes the same optimizer step. The optimizer is
 the plain torch class over the sharded DTensor parameters (each rank updates its own shard).
 Mixed precision on GPU follows torchtitan: bf16 parameters for compute and all-gather, fp32 reduce.
+
+Pure data-parallel ZeRO-2/3 runs on DeepSpeed by default; with GPUADVISOR_ZERO_IMPL=fsdp in the environment it
+runs on FSDP2 instead (`FsdpDataParallel`: `fully_shard` over all ranks, the same per-block groups), the
+way torchtitan and most LoRA recipes shard a model. Frozen parameters (LoRA's base) are sharded like the
+others and get no gradient reduce-scatter.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -57,3 +63,38 @@ class FsdpTensorParallel(AccumulatingStrategy):
         self.model = shard_gpt(model, ctx.mesh_dim("dp"), ctx, reshard_after_forward=plan.zero_stage == 3)
         self.optimizer = make_optimizer(self.model.parameters(), ctx)
         self.owns_loss = ctx.coords["tp"] == 0  # every TP rank computes the same loss; count it once
+
+
+#: Environment variable choosing the pure data-parallel ZeRO-2/3 implementation: "deepspeed" (default) or "fsdp".
+ZERO_IMPL_ENV = "GPUADVISOR_ZERO_IMPL"
+
+
+def zero_impl() -> str:
+    """"deepspeed" or "fsdp" for pure data-parallel ZeRO-2/3 (GPUADVISOR_ZERO_IMPL); ValueError for anything else."""
+    impl = os.environ.get(ZERO_IMPL_ENV, "deepspeed").strip().lower() or "deepspeed"
+    if impl not in ("deepspeed", "fsdp"):
+        raise ValueError(f"{ZERO_IMPL_ENV}={impl!r}: use 'deepspeed' or 'fsdp'")
+    return impl
+
+
+class FsdpDataParallel(AccumulatingStrategy):
+    """ZeRO-2/3 over all ranks with FSDP2 (GPUADVISOR_ZERO_IMPL=fsdp): no TP, no PP."""
+
+    name = "fsdp"
+
+    def __init__(self, ctx: Context):
+        super().__init__(ctx)
+        plan = ctx.plan
+        if plan.zero_stage not in (2, 3) or plan.tp != 1 or plan.pp != 1 or plan.dp != ctx.world_size:
+            raise ValueError(f"FSDP2 data parallelism runs zero_stage 2 or 3 with dp = world size, not "
+                             f"{plan.to_string()}")
+        if plan.zero_offload or plan.zero_hpz_partition_size > 1:
+            raise ValueError("the FSDP2 path runs no ZeRO offload or hpZ; use DeepSpeed (unset GPUADVISOR_ZERO_IMPL)")
+        if self.scaler is not None:
+            raise ValueError("fp16 loss scaling is not supported with FSDP2; use bf16")
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("dp",))
+        self.model = shard_gpt(self.build_model().to(ctx.device), mesh, ctx,
+                               reshard_after_forward=plan.zero_stage == 3)
+        self.optimizer = make_optimizer(self.model.parameters(), ctx)

@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import cast
 
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
-                                               RowwiseParallel, SequenceParallel, parallelize_module)
+from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
+                                               PrepareModuleInputOutput, PrepareModuleOutput, RowwiseParallel, SequenceParallel,
+                                               parallelize_module)
 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -32,30 +33,67 @@ from .base import AccumulatingStrategy, make_optimizer
 from .ddp import wrap_ddp
 
 
-def block_plan(sequence_parallel: bool) -> dict:
-    """parallelize_module plan of one transformer block (torchtitan's layout, adapted to this model)."""
-    if not sequence_parallel:
-        return {
-            "attn": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
-            "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.proj": RowwiseParallel(),
-            "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel(),
-        }
-    return {
-        "ln1": SequenceParallel(),
-        "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+def mlp_plan(prefix: str, mlp, sp_output) -> dict:
+    """Column-parallel in-projections (fc1, or gate and up) and a row-parallel out-projection of one MLP;
+    `sp_output` is the row-parallel output layout (Shard(1) with sequence parallel, else Replicate)."""
+    from ..blocks import GatedMLP
+
+    cols = ("gate", "up") if isinstance(mlp, GatedMLP) else ("fc1",)
+    down = "down" if isinstance(mlp, GatedMLP) else "fc2"
+    out: dict[str, ParallelStyle] = {f"{prefix}.{c}": ColwiseParallel() for c in cols}
+    out[f"{prefix}.{down}"] = RowwiseParallel(output_layouts=sp_output)
+    return out
+
+
+def block_plan(block, sequence_parallel: bool) -> dict:
+    """parallelize_module plan of one transformer block (torchtitan's layout, adapted to this model).
+
+    Dense MLP: fc1 (or gate, up) column-wise, fc2 (or down) row-wise. MoE: every expert (and the shared
+    expert) is cut like the dense MLP, so each keeps expert_d_ff/tp hidden units per rank, and the router stays
+    replicated: each TP rank routes the same tokens to the same experts (Megatron-Core's MoE with expert
+    tensor parallelism, no expert parallelism). Each expert's row-parallel output is all-reduced on its own
+    tokens. QK-norm weights are replicated and applied to each rank's heads (SequenceParallel over the head
+    dimension, so their gradients are summed over the TP ranks, as torchtitan does for Qwen3).
+    """
+    from ..blocks import MoE
+
+    seq = Shard(1) if sequence_parallel else Replicate()
+    row_out = Shard(1) if sequence_parallel else Replicate()
+    plan: dict = {
+        "attn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
         "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-        "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
-        "ln2": SequenceParallel(),
-        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel(output_layouts=Shard(1)),
+        "attn.proj": RowwiseParallel(output_layouts=row_out),
     }
+    if block.attn.q_norm is not None:
+        plan["attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        plan["attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+    if sequence_parallel:
+        plan["ln1"] = SequenceParallel()
+        plan["ln2"] = SequenceParallel()
+        for name in ("post_attn_norm", "post_mlp_norm"):
+            if getattr(block, name) is not None:
+                plan[name] = SequenceParallel(use_local_output=True)
+    if isinstance(block.mlp, MoE):
+        # the MoE runs on plain (local) tensors: the router and the token gather/scatter are replicated work
+        if sequence_parallel:
+            plan["mlp"] = PrepareModuleInputOutput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_input=True,
+                output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),), use_local_output=True)
+        for i, expert in enumerate(block.mlp.experts):
+            plan.update(mlp_plan(f"mlp.experts.{i}", expert, Replicate()))
+        if block.mlp.shared is not None:
+            plan.update(mlp_plan("mlp.shared", block.mlp.shared, Replicate()))
+    else:
+        if sequence_parallel:
+            plan["mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update(mlp_plan("mlp", block.mlp, row_out))
+    return plan
 
 
 def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
     """Shard a GPT's blocks over `tp_mesh` in place; with SP also shard the residual stream by sequence."""
     for block in model.blocks:
-        parallelize_module(block, tp_mesh, block_plan(sequence_parallel))
+        parallelize_module(block, tp_mesh, block_plan(block, sequence_parallel))
     if sequence_parallel:
         parallelize_module(model, tp_mesh, {
             # Replicate -> Shard(1) is a local slice forward and an all-gather of gradients backward.
@@ -68,12 +106,13 @@ def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
 
 
 def check_tp(ctx: Context, seq_len: int) -> None:
-    """ValueError unless tp divides the heads and d_ff (and, with sequence parallel, the sequence)."""
-    plan, spec = ctx.plan, ctx.job.workload.model
-    if spec.n_heads % plan.tp or spec.d_ff % plan.tp:
-        raise ValueError(f"tp={plan.tp} must divide n_heads={spec.n_heads} and d_ff={spec.d_ff}")
-    if plan.sequence_parallel and seq_len % plan.tp:
-        raise ValueError(f"sequence parallel needs seq_len {seq_len} divisible by tp={plan.tp}")
+    """ValueError unless tp divides the heads, key/value heads and MLP widths (and, with sequence parallel,
+    the sequence): `support.tp_shape_reason`."""
+    from ..support import tp_shape_reason
+
+    why = tp_shape_reason(ctx.plan, ctx.job.workload.model, seq_len)
+    if why:
+        raise ValueError(why)
 
 
 class TensorParallel(AccumulatingStrategy):

@@ -88,8 +88,9 @@ class Zero(Strategy):
         deepspeed.init_distributed(dist_backend=ctx.backend)
         model = self.build_model()
         cfg = deepspeed_config(ctx)
-        client_opt = None if "optimizer" in cfg else make_optimizer(model.parameters(), ctx)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+        trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        client_opt = None if "optimizer" in cfg else make_optimizer(trainable, ctx)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable,
                                                optimizer=client_opt, config=cfg)
 
     def step(self, step: int) -> Optional[float]:
