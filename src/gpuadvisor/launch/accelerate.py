@@ -72,13 +72,19 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
     if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
         lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
                      "optimizer; gradients are sharded too)")
+    return "\n".join(lines + yaml_lines(cfg)) + "\n"
+
+
+def yaml_lines(cfg: dict) -> list[str]:
+    """An Accelerate config (one level of nesting) as YAML lines, words YAML would read as booleans quoted."""
+    lines: list[str] = []
     for k, v in cfg.items():
         if isinstance(v, dict):
             lines.append(f"{k}:")
             lines += [f"  {kk}: {_scalar(vv)}" for kk, vv in v.items()]
         else:
             lines.append(f"{k}: {_scalar(v)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 #: Words YAML 1.1 (PyYAML, which accelerate reads the file with) turns into booleans: quoted when meant as text.

@@ -97,13 +97,7 @@ def accelerate_yaml(launch: LaunchConfig, workload: Workload, *, ds_file: str, m
     lines = [f"# {marker}: HuggingFace Accelerate config for {LABELS[ft.method]} fine-tuning with {SCRIPT}, "
              f"plan {launch.plan.to_string()}: {what}",
              "# start on node i: " + shlex.join(launch_line(launch, workload, "<i>"))]
-    for k, v in cfg.items():
-        if isinstance(v, dict):
-            lines.append(f"{k}:")
-            lines += [f"  {kk}: {_accelerate._scalar(vv)}" for kk, vv in v.items()]
-        else:
-            lines.append(f"{k}: {_accelerate._scalar(v)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _accelerate.yaml_lines(cfg)) + "\n"
 
 
 def hf_model_id(model: ModelSpec) -> Optional[str]:
