@@ -1,11 +1,17 @@
 """Ranking speed: candidates/s, time to rank 175B on 64 nodes x 8 GPUs, and 1.5B on the nano-cluster; then
-the bound on work (candidates/enumerate.py): rows and time at the schema's largest batch and device count.
+the bound on work (candidates/enumerate.py): rows and time at the schema's largest batch and device count; then
+the cost model's group placement (Topology, costmodel/analytical/comm.py) at scale, end to end through the CLI.
 
-Run: python benchmarks/ranking_speed.py
+Run: python benchmarks/ranking_speed.py            (all)
+     python benchmarks/ranking_speed.py --topology [--limit S]   (only the Topology cases, each cut at S s)
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from gpuadvisor.candidates import enumerate_rows, row_plan
 from gpuadvisor.costmodel.engine import evaluate_batch
@@ -74,8 +80,62 @@ def main() -> None:
         rows = enumerate_rows(cl, make_workload("7B", seq_len=2048, global_batch=MAX_GLOBAL_BATCH))
         print(f"7B, global batch 2^31 on {spec[5:]} ({cl.num_devices:,} devices): {len(rows):,} candidates "
               f"enumerated in {time.perf_counter() - t:.2f} s")
-    # ranking these end to end waits on the cost model's group placement (O(world) per degree tuple)
+    topology(limit_s=600.0)
+
+
+def _timed(cmd: list[str], limit_s: float) -> str:
+    """Wall time of a command in a fresh interpreter, or '> limit' when it is cut."""
+    t = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False)
+    except subprocess.TimeoutExpired:
+        return f"> {limit_s:.0f} s (cut)"
+    dt = time.perf_counter() - t
+    return f"{dt:.2f} s" if r.returncode == 0 else f"{dt:.2f} s, exit {r.returncode}: {r.stderr.strip()[-200:]}"
+
+
+def _cli_s(args: list[str], limit_s: float) -> str:
+    """`gpuadvisor suggest --top 2 ARGS` end to end (what tests/robustness/test_scale.py runs)."""
+    return _timed([sys.executable, "-m", "gpuadvisor", "suggest", "--top", "2", *args], limit_s)
+
+
+_INIT = ("import sys, time; from gpuadvisor.costmodel.analytical.comm import Topology; "
+         "from gpuadvisor.hardware.cluster_file import load_cluster; "
+         "from gpuadvisor.hardware.presets import load_preset; from gpuadvisor.ranking import apply_what_if; "
+         "c = load_cluster(sys.argv[1]) if sys.argv[1].endswith('.yaml') else "
+         "apply_what_if(load_preset('dgx-a100-8x'), sys.argv[1]); "
+         "t = time.perf_counter(); Topology(c); print(time.perf_counter() - t)")
+
+
+def _init_s(what: str, limit_s: float) -> str:
+    """Topology(cluster) alone (per-node link matrices), in a fresh interpreter."""
+    try:
+        r = subprocess.run([sys.executable, "-c", _INIT, what], capture_output=True, text=True, timeout=limit_s,
+                           check=True)
+    except subprocess.TimeoutExpired:
+        return f"> {limit_s:.0f} s (cut)"
+    return f"{float(r.stdout):.2f} s"
+
+
+def topology(limit_s: float) -> None:
+    """Topology.__init__ (per-node link matrices) and Topology._place (group placement) at scale."""
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "big.yaml"
+        f.write_text("name: big\nnodes:\n  - name: n\n    gpus: 256x A40\n    topology: SYS\n")
+        print(f"Topology(256x A40 in one node): {_init_s(str(f), limit_s)}")
+        print(f"  suggest 125M on 256x A40 in one node, batch 512: "
+              f"{_cli_s(['--model', '125M', '--cluster', str(f), '--global-batch', '512'], limit_s)}")
+    print(f"Topology(16384x8 A100): {_init_s('gpus=16384x8', limit_s)}")
+    for spec, model, gb in (("gpus=64x8", "7B", "1536"), ("gpus=16384x8", "7B", str(MAX_GLOBAL_BATCH))):
+        print(f"  suggest {model} on {spec[5:]} A100, batch {gb}: "
+              f"{_cli_s(['--model', model, '--preset', 'dgx-a100-8x', '--what-if', spec, '--global-batch', gb], limit_s)}")
+    runs = sorted(_cli_s(["--model", "1.5B"], limit_s) for _ in range(5))
+    print(f"  suggest --model 1.5B (default cluster), 5 runs: {', '.join(runs)}")
 
 
 if __name__ == "__main__":
-    main()
+    if "--topology" in sys.argv:
+        lim = float(sys.argv[sys.argv.index("--limit") + 1]) if "--limit" in sys.argv else 600.0
+        topology(lim)
+    else:
+        main()

@@ -6,7 +6,6 @@ PCIe boxes with shared uplinks, hand-built heterogeneous clusters and generated 
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import pytest
@@ -17,7 +16,6 @@ from gpuadvisor.costmodel.analytical.comm import Group, Topology
 from gpuadvisor.hardware.presets import list_presets, load_preset
 from gpuadvisor.ranking import apply_what_if
 from gpuadvisor.schemas import Cluster
-from gpuadvisor.schemas.hardware import Device, DeviceLink, LinkClass, Network, Nic, Node
 
 ORDERS = ("tp-dp-pp", "tp-pp-dp")
 KINDS = ("tp", "dp", "pp")
