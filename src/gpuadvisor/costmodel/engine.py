@@ -224,7 +224,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
-    st = _stage_states(ctx, layers, pp, tp)
+    st = _stage_states(ctx, layers, first, last, pp, tp)
     mem = _memory(ctx, a, layers, first / tp, last / tp, st, agb)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
@@ -329,14 +329,13 @@ def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return layers, first, last
 
 
-def _stage_states(ctx: Context, layers, pp, tp) -> dict[str, np.ndarray]:
+def _stage_states(ctx: Context, layers, first, last, pp, tp) -> dict[str, np.ndarray]:
     """Per-device weight bytes and trainable parameters of the first and last stage (this TP shard).
 
     Full training: every parameter trains and is stored at the weight precision. Adapters (LoRA/QLoRA): the
     frozen base at its storage bytes (Context._finetune), the embedding/head 16-bit and frozen, only the layers'
-    adapters train.
+    adapters train. `layers`, `first`, `last`: _stage_params.
     """
-    _, first, last = _stage_params(ctx, pp)
     if not ctx.adapters:
         return {"w_first": first / tp * ctx.weight_bytes, "w_last": last / tp * ctx.weight_bytes,
                 "train_first": first / tp, "train_last": last / tp}

@@ -33,10 +33,6 @@ NF4_CONSTANT_BITS = 32.0 / 64.0
 NF4_DOUBLE_QUANT_CONSTANT_BITS = 8.0 / 64.0 + 32.0 / (64.0 * 256.0)
 
 
-#: Linear roles of a layer, as FineTune.target_modules names them.
-ROLES = ("q", "k", "v", "o", "gate", "up", "down")
-
-
 def nf4_bytes_per_param(double_quant: bool = True) -> float:
     """Bytes one NF4-stored weight takes with its block constants: 0.5625, or 0.5159 with double quantisation."""
     return (NF4_BITS + (NF4_DOUBLE_QUANT_CONSTANT_BITS if double_quant else NF4_CONSTANT_BITS)) / 8.0
@@ -220,7 +216,7 @@ def check_targets(model: ModelSpec, finetune: FineTune, flag: str = "--lora-targ
                         f"gated); target some of {have}")
 
 
-__all__ = ["LABELS", "METHODS", "NF4_BITS", "ROLES", "TARGET_SETS", "adapter_flops_per_token", "adapter_linears",
+__all__ = ["LABELS", "METHODS", "NF4_BITS", "TARGET_SETS", "adapter_flops_per_token", "adapter_linears",
            "adapter_params", "adapter_params_per_layer", "check_targets", "frozen_layer_bytes", "frozen_model_bytes",
            "linear_weight_params", "linears", "make_finetune", "missing_targets", "nf4_bytes_per_param",
            "parse_targets", "trainable_params"]

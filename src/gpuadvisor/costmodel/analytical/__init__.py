@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...schemas import Cluster, Workload
+from ...schemas.workload import ALL_LINEAR
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
 from . import compute as K
@@ -135,23 +136,17 @@ class Context:
         self.dequant_s_per_layer = 0.0  # QLoRA: HBM time to dequantise one layer's Linears once (per pass)
         # Linear roles without a trainable weight (their inputs need not be stored): none unless adapters
         self.frozen_roles: frozenset = frozenset()
-        if not self.transformer:
-            self.fwd_frac = 1.0 / 3.0
-            self.p_layer_train, self.w_layer_bytes = float(self.p_layer), float(self.p_layer) * wb
-            self.z3_grad_bytes, self.grad_bytes_ddp, self.grad_bytes_zero = float(self.zero_gbytes), self.ddp_gbytes, \
-                self.zero_gbytes
+        # full training: every weight trains, the forward is 1/3 of the FLOPs (compute.layer_forward_fraction)
+        self.fwd_frac = K.layer_forward_fraction(self.model, self.s)
+        self.p_layer_train, self.w_layer_bytes = float(self.p_layer), float(self.p_layer) * wb
+        self.z3_grad_bytes = float(self.zero_gbytes)
+        self.grad_bytes_ddp, self.grad_bytes_zero = self.ddp_gbytes, self.zero_gbytes
+        if not self.adapters:
             return
         shape = self.shape
         assert shape is not None
-        if not self.adapters:
-            self.p_layer_train = float(self.p_layer)
-            self.w_layer_bytes = float(self.p_layer) * wb
-            self.fwd_frac = K.layer_forward_fraction(self.model, self.s)
-            self.z3_grad_bytes = float(self.zero_gbytes)
-            self.grad_bytes_ddp, self.grad_bytes_zero = self.ddp_gbytes, self.zero_gbytes
-            return
         self.p_layer_train = float(F.adapter_params_per_layer(shape, ft))
-        self.frozen_roles = frozenset(F.ROLES) - frozenset(ft.target_modules)
+        self.frozen_roles = frozenset(ALL_LINEAR) - frozenset(ft.target_modules)
         # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
         self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
         self.layer_fpt = K.layer_flops_per_token(self.model, self.s, ft)

@@ -63,11 +63,11 @@ def layer_forward_fraction(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = 
     1/3 for full training (2N of 6N, 4 of 12 for attention; PaLM app. B); with adapters 2N of 4N for the frozen
     Linears, so recompute costs relatively more.
     """
+    if ft is None or not ft.adapters:
+        return 1.0 / 3.0
     attn = attention_flops_per_token(m, seq_len)
-    if ft is not None and ft.adapters:
-        fwd = 2.0 * layer_active_params(m) + (attn + adapter_flops_per_token(layer_shape(m), ft)) / 3.0
-        return fwd / layer_flops_per_token(m, seq_len, ft)
-    return 1.0 / 3.0
+    fwd = 2.0 * layer_active_params(m) + (attn + adapter_flops_per_token(layer_shape(m), ft)) / 3.0
+    return fwd / layer_flops_per_token(m, seq_len, ft)
 
 
 def head_flops_per_token(m: ModelSpec, ft: Optional[FineTune] = None) -> float:
