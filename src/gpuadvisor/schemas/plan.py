@@ -23,6 +23,9 @@ class Plan(Frozen):
     dp: int = Field(1, ge=1, description="Data-parallel degree (replicas, or ZeRO shards)")
     tp: int = Field(1, ge=1, description="Tensor-parallel degree (Megatron column/row split)")
     pp: int = Field(1, ge=1, description="Pipeline stages")
+    ep: int = Field(1, ge=1, description="Expert-parallel degree (MoE): each rank holds 1/ep of the routed experts; "
+                                         "the ep ranks are drawn from a stage's tp*dp ranks (Megatron-Core's MoE "
+                                         "parallel folding, expert tensor parallelism 1)")
     zero_stage: int = Field(0, ge=0, le=3, description="0 = plain DDP; 1/2/3 = DeepSpeed ZeRO stage")
     zero_offload: bool = Field(False, description="ZeRO-Offload: optimizer (and params at stage 3) on CPU")
     micro_batch_size: int = Field(1, ge=1, description="Sequences per micro-batch per rank")
@@ -54,6 +57,16 @@ class Plan(Frozen):
         # ZeRO with TP/PP as the frameworks run it: ZeRO-1 = Megatron's distributed optimizer (with TP and PP);
         # ZeRO-2/3 with TP = FSDP2 + TP (torchtitan); ZeRO-3 with PP = FSDP per pipeline stage (torchtitan 3D).
         # DeepSpeed's pipeline engine refuses ZeRO-2/3 with PP, and offload is DeepSpeed's alone.
+        # Expert parallelism as Megatron-Core folds it (--expert-model-parallel-size with
+        # --expert-tensor-parallel-size 1): the routed experts of a stage are split over ep of its tp*dp ranks,
+        # the expert data-parallel group is the other tp*dp/ep. DeepSpeed-MoE and torchtitan draw ep from dp alone,
+        # a special case (tp = 1).
+        if (self.dp * self.tp) % self.ep:
+            raise ValueError(f"ep={self.ep} must divide dp*tp = {self.dp}*{self.tp} = {self.dp * self.tp} "
+                             "(expert-parallel ranks are drawn from a pipeline stage's data- and tensor-parallel ranks)")
+        if self.ep > 1 and self.zero_offload:
+            raise ValueError("ZeRO-Offload with expert parallelism is not run by the frameworks gpuadvisor launches; "
+                             "use ep=1 with offload, or ep > 1 without it")
         if self.zero_stage == 2 and self.pp > 1:
             raise ValueError("ZeRO-2 does not combine with pipeline parallelism (DeepSpeed refuses it); "
                              "use zero=1 (distributed optimizer) or zero=3 (FSDP per stage) with pp > 1")
@@ -90,14 +103,15 @@ class Plan(Frozen):
     @property
     def strategy(self) -> str:
         """Short human label: single, dp, tp, pp, zero1..3, zero3-offload, or a hybrid like tp2xdp2."""
+        ep = f"-ep{self.ep}" if self.ep > 1 else ""
         if self.world_size == 1:
             return "single" if not self.zero_stage else f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
         if self.zero_stage:
-            return f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
+            return f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "") + ep
         parts = [(n, d) for n, d in (("tp", self.tp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
         if len(parts) == 1:
-            return parts[0][0]
-        return "x".join(f"{n}{d}" for n, d in parts)
+            return parts[0][0] + ep
+        return "x".join(f"{n}{d}" for n, d in parts) + ep
 
     def per_replica_batch(self) -> int:
         """Sequences one data-parallel replica handles per optimizer step."""
@@ -187,6 +201,11 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
             f"{plan.global_batch()} != global batch {t.global_batch}; pick mb and m with dp*mb*m = {t.global_batch}"
         )
     m = workload.model
+    if plan.ep > 1:
+        if m.kind != "transformer" or not m.n_experts:
+            raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1")
+        if m.n_experts % plan.ep:
+            raise ValueError(f"ep={plan.ep} does not divide the {m.n_experts} routed experts of '{m.name}'")
     if m.kind != "transformer":
         if plan.tp > 1 or plan.pp > 1:
             raise ValueError(f"model '{m.name}' is generic (params + FLOPs): only DP/ZeRO plans apply, not tp/pp")
