@@ -153,3 +153,12 @@ def test_qwen25_biases_counted_on_qkv_only():
     shape = layer_shape(s)
     no_bias = layer_shape(s.model_copy(update={"qkv_bias": False}))
     assert shape.params - no_bias.params == shape.q_dim + 2 * shape.kv_dim  # 3584 + 2*512
+
+
+def test_gpt_oss_120b_matches_its_model_card():
+    """OpenAI's gpt-oss card §2.1: 116.83B total, 5.13B active, the active count without the input embedding."""
+    from gpuadvisor.workload.shapes import embedding_params
+    spec = resolve_model("gpt-oss-120b")
+    assert rel(spec.params, 116.83e9) <= 0.001
+    assert rel(spec.active_params - embedding_params(spec), 5.13e9) <= 0.001
+    assert rel(resolve_model("qwen3-235b-a22b").params, 235e9) <= 0.005

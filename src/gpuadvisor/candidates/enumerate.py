@@ -100,7 +100,7 @@ ORDERS = ("tp-dp-pp", "tp-pp-dp")
 # one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
-           "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "global_batch")
+           "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -108,7 +108,7 @@ def row_plan(row: Sequence) -> Plan:
     f = dict(zip(COLUMNS, row))
     f.pop("global_batch")
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
-              "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node"):
+              "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
     for k in ("zero_offload", "recompute", "sequence_parallel"):
         f[k] = bool(f[k])
@@ -205,25 +205,45 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
+    eps = expert_parallel_degrees(wl, dp, tp)
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
             if zero and dp == 1 and not off:
                 continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU)
             scheds = list(_schedules(pp, m, wl.model.n_layers, sp))
-            if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off):
-                # count every plan the bound removes (not one per micro-batch/ZeRO choice)
-                cut = len(scheds) * len(recomputes) * len(sps) * len(orders) * len(knobs[zero])
-                sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
-                continue
-            for sched, v in scheds:
-                sc = SCHEDULES.index(sched)
-                for rc in recomputes:
-                    for seqp in sps:
-                        for order in orders:
-                            for bucket, hook, zrb, hpz in knobs[zero]:
-                                rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket, hook,
-                                             zrb, hpz, nodes, gpn, gb))
+            for ep in eps:
+                if ep > 1 and off:
+                    continue  # offload runs without expert parallelism (Plan)
+                if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off, ep):
+                    # count every plan the bound removes (not one per micro-batch/ZeRO choice)
+                    cut = len(scheds) * len(recomputes) * len(sps) * len(orders) * len(knobs[zero])
+                    sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
+                    continue
+                for sched, v in scheds:
+                    sc = SCHEDULES.index(sched)
+                    for rc in recomputes:
+                        for seqp in sps:
+                            for order in (orders if ep == 1 else (0,)):  # ep ranks are consecutive (Plan)
+                                for bucket, hook, zrb, hpz in knobs[zero]:
+                                    if ep > 1 and hpz > 1:
+                                        continue
+                                    rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket,
+                                                 hook, zrb, hpz, nodes, gpn, ep, gb))
+
+
+def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:
+    """Expert-parallel degrees to try: 1, and for MoE models trained in full each power of two (and the expert
+    count) that divides the experts and dp·tp and covers whole TP groups (ep a multiple of tp), so the expert
+    data-parallel group dp·tp/ep is a slice of dp. At most log2(experts) + 2 of them."""
+    m = wl.model
+    if m.kind != "transformer" or not m.n_experts or wl.finetune.adapters:
+        return [1]
+    out = [1]
+    for ep in sorted({2 ** k for k in range(1, m.n_experts.bit_length())} | {m.n_experts}):
+        if ep > 1 and m.n_experts % ep == 0 and (dp * tp) % ep == 0 and ep % tp == 0:
+            out.append(ep)
+    return out
 
 
 def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
@@ -231,10 +251,14 @@ def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
     return tuple((z, off) for z, off in sp.zero_options if not off and not (z == 2 and pp > 1))
 
 
-def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool) -> bool:
+def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool,
+                   ep: int = 1) -> bool:
     """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1).
 
     With adapters (LoRA/QLoRA) the bound is the frozen base's share alone (its optimizer states are tiny).
+    With expert parallelism a device holds 1/ep of the routed experts, and ZeRO shards their states over the
+    expert data-parallel group dp·tp/ep, not dp: the bound divides them by dp like the dense part, which stays
+    a lower bound because enumeration keeps ep >= tp.
     """
     from ..costmodel.analytical.memory import model_state_bytes, state_bytes_per_param
     if wl.finetune.adapters:
@@ -243,6 +267,10 @@ def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zer
         base = frozen_model_bytes(wl.model, wl.finetune, wb) / (tp * pp)
         return (base / dp if zero >= 3 else base) > sp.memory_limit_bytes
     per = wl.model.params / (tp * pp)
+    if ep > 1:
+        from ..workload.shapes import layer_shape
+        experts = layer_shape(wl.model).routed_expert_params * wl.model.n_layers
+        per = (wl.model.params - experts) / (tp * pp) + experts / (ep * pp)
     w, g, o, _ = model_state_bytes(per, dp, zero, off, wl.training.precision, wl.training.optimizer)
     return w + g + o > sp.memory_limit_bytes
 

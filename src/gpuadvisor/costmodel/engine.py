@@ -39,7 +39,7 @@ def plan_row(p: Plan) -> tuple:
     return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
             _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, int(p.recompute), int(p.sequence_parallel),
             _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
-            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.global_batch())
+            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, p.global_batch())
 
 
 class Eval:
@@ -140,6 +140,7 @@ class Batch:
         self.reason = np.zeros(n, dtype=np.int64)
         self.forbid: list[Optional[str]] = [None] * n
         self.mem_total = self.step_s = self.tps = self.analytical_tps = z
+        self.unbounded_tps = z  # analytical tokens/s with device memory set aside (scaling baselines)
         self.factor = np.ones(n)
         self.memory_fraction = z
         self.parts: dict[str, np.ndarray] = {}
@@ -219,13 +220,18 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     off, rc, sp = off > 0, rc > 0, sp > 0
     agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
     ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
+    ep = a[:, 18]
     keys, uniq = _unique_degrees(a)
     g_tp, g_dp, g_pp = (_G(ctx, k, keys, uniq) for k in ("tp", "dp", "pp"))
+    # expert parallelism (Plan.ep): a device holds 1/ep of the routed experts (else its TP shard of each), and
+    # their gradients sync over the expert data-parallel group dp·tp/ep
+    e_shard = np.where(ep > 1, ep, tp)
+    edp = np.where(ep > 1, dp * tp / ep, dp)
 
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
-    st = _stage_states(ctx, layers, first, last, pp, tp)
-    mem = _memory(ctx, a, layers, first / tp, last / tp, st, agb)
+    st = _stage_states(ctx, layers, first, last, pp, tp, e_shard)
+    mem = _memory(ctx, a, layers, st, agb, edp)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -253,8 +259,11 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
                                       + calls * ctx.tp_call_s), 0.0)
     tp_sent = np.where(tp > 1, m * n_coll * 2.0 * (tp - 1) / tp * size, 0.0)
 
+    # ---- expert parallelism: token all-to-alls on the critical path (_expert_alltoall) ----
+    t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
+
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
-    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, zero, hpz, rc, layers, t_layer, t_head)
+    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, zero, hpz, rc, layers, t_layer, t_head, e_shard)
 
     # ---- pipeline (pipeline.py): P2P of b·s·h/t per micro-batch per boundary, fwd and bwd ----
     psize = tokens * ctx.h * ctx.act_bytes / tp
@@ -262,10 +271,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     with np.errstate(divide="ignore", invalid="ignore"):
         t_p2p = g_pp.lat * 1e-6 + psize / (g_pp.bw * _GB) + call
     n_x = np.where(v > 1, 2.0 * v, np.where(pp >= 3, 2.0, 1.0))
-    stage = t_mb + t_tp + z3_mb + n_x * t_p2p
+    stage = t_mb + t_tp + t_ep + z3_mb + n_x * t_p2p
     # (m + (p−1)/v)·t_stage for GPipe and 1F1B with any m (m < p too: Megatron's warm-up is min(p−rank−1, m))
     bubble = np.where(pp > 1, (pp - 1) / v * stage, 0.0)
-    step = np.where(pp > 1, m * stage + bubble, m * (t_mb + t_tp + z3_mb))
+    step = np.where(pp > 1, m * stage + bubble, m * (t_mb + t_tp + t_ep + z3_mb))
     t_pp = np.where(pp > 1, m * n_x * t_p2p, 0.0)
     pp_sent = np.where(pp > 1, m * 2 * v * psize, 0.0)
     if ctx.transformer and ctx.tied:
@@ -281,19 +290,21 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
-                                                                 n_train, w_dev, t_mb, gpn, ovl)
+                                                                 n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
     b.times = {"compute": m * t_mb, "bubble": bubble, "offload": offload, "optimizer": opt,
                "overhead": np.full(len(a), ctx.step_overhead)}
-    b.comm = [("tp", g_tp.kind, m * t_tp), ("pp", g_pp.kind, t_pp), ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
+    b.comm = [("tp", g_tp.kind, m * t_tp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp), ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
               ("zero", g_dp.kind, np.where(zero > 0, exposed + z3_total, 0.0))]
     dp_all = dp_sent + m * z3_sent
-    b.links = [(g_tp.kind, tp_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
+    b.links = [(g_tp.kind, tp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
                (np.full(len(a), "host", dtype=object), host_bytes)]
-    b.nic_bytes = g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
+    b.nic_bytes = (g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
+                   + m * ep_nic)
     b.analytical_tps = np.where(ok, tps, 0.0)
+    b.unbounded_tps = tps
 
     # ---- rules (rules.py): penalties scale throughput, forbid makes a plan infeasible ----
     rules = load_rules() if rules is None else rules
@@ -316,6 +327,51 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     return b
 
 
+def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
+    """(seconds, bytes sent per rank, link kind, bytes leaving the busiest node) of expert parallelism's
+    all-to-alls for one micro-batch on one stage.
+
+    Every MoE layer dispatches each token's hidden state to the ranks holding its top-k experts and combines
+    the results back: two all-to-alls forward, two backward (their gradients), two more when full recompute
+    replays the forward (GShard, Lepikhin et al. 2021 §3.2; Megatron-Core's "alltoall" token dispatcher). A
+    rank's tokens (b·s/tp: expert TP 1 splits a TP group's tokens) times k copies of h values leave for the
+    other ep−1 ranks in equal shares (balanced routing, as the MoE benchmarks force it). The group is ep
+    consecutive ranks (Plan); its share inside the node moves at the slowest intra-node link, the rest over
+    the node's NICs, which every rank of the node loads at once (each group does its all-to-all together).
+    Not overlapped with compute (Megatron-Core's default). Reaches moe.alltoall_efficiency of the link rate.
+    """
+    n_rows = len(a)
+    ep = a[:, 18]
+    none = np.zeros(n_rows)
+    if not ctx.transformer or not ctx.p_layer_exp or not (ep > 1).any():
+        return none, none, np.full(n_rows, "none", dtype=object), none
+    dp, tp, pp, nodes, gpn = a[:, 0], a[:, 1], a[:, 2], a[:, 16], a[:, 17]
+    # the ep group is the "tp" group of the plan whose tensor-parallel degree is ep (ranks consecutive)
+    deg = np.stack([np.round(dp * tp / ep), ep, pp, nodes, gpn], axis=1).astype(np.int64)
+    uniq, keys = np.unique(deg, axis=0, return_inverse=True)
+    keys = keys.reshape(-1)
+    groups = [ctx.topo.group("tp", int(d), int(e), int(p), int(no), int(g), "tp-dp-pp") for d, e, p, no, g in uniq]
+
+    def arr(f) -> np.ndarray:
+        return np.array([f(g) for g in groups], dtype=float)[keys]
+    n, per_node, span = arr(lambda g: g.n), arr(lambda g: g.per_node), arr(lambda g: g.nodes)
+    intra_bw = arr(lambda g: g.intra_bw if g.nodes > 1 else g.bw_gb_per_s)
+    lat = arr(lambda g: g.latency_us) * 1e-6
+    kind = np.array(["network" if g.nodes > 1 else g.kind for g in groups], dtype=object)[keys]
+    size = tokens / tp * ctx.top_k * ctx.h * ctx.act_bytes  # bytes one rank sends + keeps per all-to-all
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intra = np.where(per_node > 1, size * (per_node - 1) / n / (intra_bw * _GB), 0.0)
+        off_node = size * (n - per_node) / n
+        inter = np.where(span > 1, off_node / (ctx.topo.node_net_bw * _GB / gpn), 0.0)
+    one = np.maximum(intra, inter) / ctx.a2a_eff + lat + ctx.call_s
+    count = layers * np.where(rc, 6.0, 4.0)
+    on = ep > 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sent = count * size * (n - 1) / n
+    return (np.where(on, count * one, 0.0), np.where(on, sent, 0.0), np.where(on, kind, "none"),
+            np.where(on & (span > 1), count * off_node * gpn, 0.0))
+
+
 def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(layers per stage, first-stage params, last-stage params): embedding first, LM head last."""
     if not ctx.transformer:
@@ -329,22 +385,28 @@ def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return layers, first, last
 
 
-def _stage_states(ctx: Context, layers, first, last, pp, tp) -> dict[str, np.ndarray]:
-    """Per-device weight bytes and trainable parameters of the first and last stage (this TP shard).
+def _stage_states(ctx: Context, layers, first, last, pp, tp, e_shard) -> dict[str, np.ndarray]:
+    """Per-device parameters, weight bytes and trainable parameters of the first and last stage (this shard).
 
-    Full training: every parameter trains and is stored at the weight precision. Adapters (LoRA/QLoRA): the
-    frozen base at its storage bytes (Context._finetune), the embedding/head 16-bit and frozen, only the layers'
-    adapters train. `layers`, `first`, `last`: _stage_params.
+    Full training: every parameter trains and is stored at the weight precision; the routed experts are split
+    e_shard ways (ep with expert parallelism, else tp), the rest tp ways (`exp`: the device's expert share).
+    Adapters (LoRA/QLoRA, no expert parallelism): the frozen base at its storage bytes (Context._finetune), the
+    embedding/head 16-bit and frozen, only the layers' adapters train. `layers`, `first`, `last`: _stage_params.
     """
     if not ctx.adapters:
-        return {"w_first": first / tp * ctx.weight_bytes, "w_last": last / tp * ctx.weight_bytes,
-                "train_first": first / tp, "train_last": last / tp}
+        exp = layers * ctx.p_layer_exp / e_shard
+        moved = exp - layers * ctx.p_layer_exp / tp  # 0 without expert parallelism
+        p_first, p_last = first / tp + moved, last / tp + moved
+        return {"p_first": p_first, "p_last": p_last, "exp": exp,
+                "w_first": p_first * ctx.weight_bytes, "w_last": p_last * ctx.weight_bytes,
+                "train_first": p_first, "train_last": p_last}
     ends_first = np.where(pp == 1, float(ctx.p_emb + ctx.p_head + ctx.p_final_norm), float(ctx.p_emb))
     ends_last = np.where(pp == 1, 0.0, float((ctx.p_head or ctx.V * ctx.h) + ctx.p_final_norm))
     w_first = (layers * ctx.w_layer_bytes + ends_first * ctx.weight_bytes) / tp
     w_last = (layers * ctx.w_layer_bytes + ends_last * ctx.weight_bytes) / tp
     train = layers * ctx.p_layer_train / tp
-    return {"w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
+    return {"p_first": first / tp, "p_last": last / tp, "exp": np.zeros_like(train),
+            "w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
 
 
 def _act(ctx: Context, mb, tp, sp, rc):
@@ -353,7 +415,7 @@ def _act(ctx: Context, mb, tp, sp, rc):
                                       shape=ctx.shape, frozen=ctx.frozen_roles)
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, st, agb) -> dict[str, np.ndarray]:
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
@@ -372,29 +434,40 @@ def _memory(ctx: Context, a: np.ndarray, layers, first_t, last_t, st, agb) -> di
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
-    p0 = _device(ctx, first_t, st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp, tp, pp,
-                 zero, off, hpz, zrb, bucket_mb, agb)
-    p1 = _device(ctx, last_t, st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz, zrb,
-                 bucket_mb, agb)
+    e_shard = np.where(a[:, 18] > 1, a[:, 18], tp)
+    p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
+                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard)
+    p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,
+                 zrb, bucket_mb, agb, st["exp"], edp, e_shard)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
 
-def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb) -> dict:
+def _sharded(x, exp_frac, dp, edp):
+    """ZeRO's shard of `x` on one device: the dense share over dp, the routed-expert share over the expert
+    data-parallel group edp (Megatron-Core's distributed optimizer shards expert parameters over it)."""
+    return np.where(exp_frac > 0, x * ((1.0 - exp_frac) / dp + exp_frac / edp), x / dp)
+
+
+def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb,
+            exp, edp, e_shard) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
     ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (the
     parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
+    `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded).
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
         gbb, ob = 4, 8  # fp32 adapters: fp32 gradients, Adam's fp32 m and v (no separate master copy)
     w, g, o = wbytes, train * gbb, train * ob
-    o = np.where(zero >= 1, o / dp, o)
-    g = np.where(zero >= 2, g / dp, g)
-    w = np.where(zero >= 3, w / dp + np.where(hpz > 1, wbytes / hpz, 0.0), w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(train > 0, exp / train, 0.0)
+    o = np.where(zero >= 1, _sharded(o, f, dp, edp), o)
+    g = np.where(zero >= 2, _sharded(g, f, dp, edp), g)
+    w = np.where(zero >= 3, _sharded(w, f, dp, edp) + np.where(hpz > 1, wbytes / hpz, 0.0), w)
     host = np.where(off, o + train * 4.0 / dp + np.where(zero >= 3, wbytes / dp, 0.0), 0.0)
     # ZeRO-3 offload_param keeps the partition in host RAM: the device holds only the gathered layers (below),
     # as DeepSpeed's estimate_zero3_model_states_mem_needs counts it (offload_param=cpu: largest layer only)
@@ -402,7 +475,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     o = np.where(off, 0.0, o)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
-    gathered = np.where(zero >= 3, 2.0 * ctx.w_layer_bytes / tp, 0.0) if ctx.transformer else 0.0
+    gathered = np.where(zero >= 3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0
     # DeepSpeed's reduce bucket fills with what trains (the adapters with LoRA)
     # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
     buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
@@ -438,7 +511,12 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarr
     return t_layer, t_head, t_host
 
 
-def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_layer, t_head):
+def _layer_bytes(ctx: Context, tp, e_shard):
+    """Weight bytes of one layer on one device: its TP shard, the routed experts split e_shard ways."""
+    return ctx.w_layer_bytes / tp + ctx.p_layer_exp * ctx.weight_bytes * (1.0 / e_shard - 1.0 / tp)
+
+
+def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_layer, t_head, e_shard):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -447,12 +525,14 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     backward/forward prefetch; Rajbhandari et al. 2021, ZeRO-Infinity §6.2 overlap-centric design). The first
     gather of the forward and the last reduce-scatter of the backward have nothing to hide behind; the
     embedding/head weights are gathered with the first/last layer. Hidden traffic still costs `zero3_contention`.
-    hpZ makes the backward gather node-local (ZeRO++ §3.2).
+    hpZ makes the backward gather node-local (ZeRO++ §3.2). With expert parallelism a layer's gather holds
+    1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links).
     """
     if not ctx.transformer:
         layers = np.ones_like(dp)
-    per_layer = ctx.w_layer_bytes / tp                  # weights gathered (frozen base + adapters with LoRA)
-    grads = ctx.p_layer_train * ctx.z3_grad_bytes / tp  # gradients reduce-scattered (only adapters' with LoRA)
+    per_layer = _layer_bytes(ctx, tp, e_shard)          # weights gathered (frozen base + adapters with LoRA)
+    # gradients reduce-scattered (only adapters' with LoRA, whose models have no expert parallelism)
+    grads = (ctx.p_layer_train / tp + ctx.p_layer_exp * (1.0 / e_shard - 1.0 / tp)) * ctx.z3_grad_bytes
     ag = g.rs(per_layer) + ctx.call_s
     ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s, ag)
     rs = g.rs(grads) + ctx.call_s
@@ -474,7 +554,8 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 
-def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl):
+def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
+                   exp, edp):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
 
     DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
@@ -484,10 +565,18 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     micro-step (seed 001 §IV-C), both all-gather the updated parameters after the step. Stage 3's traffic is
     per layer (_zero3_per_microbatch). Offload: CPU Adam and the host copies (Ren et al. 2021 §4.2).
     `n_dev`: trainable parameters on this device (the adapters with LoRA); `w_dev`: its weight bytes.
+    `exp` of them are routed experts whose gradients sync over the expert data-parallel group of `edp` ranks
+    (dp·tp/ep, a slice of the dp group): the same ring over fewer ranks, (e−1)/e of the bytes instead of
+    (d−1)/d, priced as that share of the dp group's traffic; none when edp = 1.
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     lat = g.lat * 1e-6
     multi = dp > 1
+    n_opt = np.where(zero >= 1, _sharded(n_dev, np.where(n_dev > 0, exp / np.maximum(n_dev, 1e-30), 0.0), dp, edp),
+                     n_dev)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(multi, ((edp - 1) / edp) / ((dp - 1) / dp), 1.0)
+    n_dev = n_dev - exp + exp * share  # what the gradient sync moves, in dp-group terms
     gb_ddp = n_dev * ctx.grad_bytes_ddp
     gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
     ratio = min(1.0, 4 * 2.0 / max(ctx.h if ctx.transformer else 256, 1))  # comm.powersgd_ratio, rank 4
@@ -513,7 +602,6 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
         frac = np.where(multi, (dp - 1) / dp, 0.0)
     sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, 3.0 * frac * zgb,
                                                               np.where(zero == 2, (m + 1) * frac * zgb, 0.0)))
-    n_opt = np.where(zero >= 1, n_dev / dp, n_dev)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
     # grads down, params up (+ ZeRO-3 fetches of the weight partition, fwd and bwd, per micro-batch)
@@ -541,5 +629,5 @@ def _features(ctx: Context, a: np.ndarray, g_tp: _G, g_dp: _G, g_pp: _G) -> dict
         "m": m, "mb": mb, "m_over_p": m / pp, "micro_steps": m,
         "comm_hook": np.array(_HOOKS, dtype=object)[hook.astype(int)], "recompute": rc > 0,
         "schedule": np.array(_SCHEDULES, dtype=object)[sched.astype(int)], "sequence_parallel": sp > 0,
-        "device": np.full(len(a), ctx.device.kind, dtype=object),
+        "device": np.full(len(a), ctx.device.kind, dtype=object), "ep": a[:, 18],
     }

@@ -24,14 +24,19 @@ GRADIENT_CLIPPING = 1.0  # DeepSpeed's GRADIENT_CLIPPING_DEFAULT (runtime/consta
 
 
 def runs_on_deepspeed(plan: Plan) -> bool:
-    """DeepSpeed runs this plan: a ZeRO stage with pure data parallelism (tp = pp = 1)."""
-    return plan.zero_stage > 0 and plan.tp == 1 and plan.pp == 1
+    """DeepSpeed runs this plan: a ZeRO stage with pure data parallelism (tp = pp = 1, no expert parallelism:
+    DeepSpeed-MoE sets ep_size in the model code, deepspeed.moe.layer.MoE, not in the JSON)."""
+    return plan.zero_stage > 0 and plan.tp == 1 and plan.pp == 1 and plan.ep == 1
 
 
 def hybrid_reason(plan: Plan) -> Optional[str]:
     """Why a ZeRO plan combined with TP/PP gets no ds_config.json (None for every other plan)."""
     if not plan.zero_stage or runs_on_deepspeed(plan):
         return None
+    if plan.tp == 1 and plan.pp == 1:
+        return (f"ZeRO-{plan.zero_stage} with expert parallelism ep={plan.ep} runs as Megatron-Core's distributed "
+                "optimizer or torchtitan's FSDP with expert_parallel_degree (megatron_args.txt, torchtitan.toml); "
+                "DeepSpeed-MoE takes ep_size in the model code (deepspeed.moe.layer.MoE), not in ds_config")
     return (f"ZeRO-{plan.zero_stage} with tp={plan.tp}, pp={plan.pp} runs as FSDP2 or Megatron's distributed "
             "optimizer beside TP/PP (torchtitan.toml; megatron_args.txt where Megatron takes it); DeepSpeed's "
             "ds_config has no Megatron-style tensor parallelism and its pipeline engine takes ZeRO-1 only")

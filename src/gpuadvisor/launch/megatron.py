@@ -22,6 +22,11 @@ Mapping (ZeRO with or without TP/PP):
   torch_dist or torch_dcp (torch_dist written; torch_dcp is untested with TP). Plans it refuses get no file
   (`unsupported`): ZeRO-3 with pp > 1 runs as torchtitan's FSDP per pipeline stage instead.
 - offload -> --optimizer-cpu-offload with --use-precision-aware-optimizer (pure data parallelism only).
+- MoE models (Megatron-Core MoE, megatron/core/transformer/moe/README.md; arguments.py _add_moe_args):
+  --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size, grouped
+  GEMMs and the all-to-all token dispatcher; Plan.ep -> --expert-model-parallel-size with
+  --expert-tensor-parallel-size 1 (MoE parallel folding: the ep ranks come from a stage's TP x DP ranks), or
+  the TP degree when ep = 1 (experts split like the dense MLP).
 Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
 per virtual stage.
 Extension point: selective recompute is not a Plan field yet.
@@ -66,6 +71,13 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a += ["--group-query-attention", "--num-query-groups", str(m.n_kv_heads)]
     if m.mlp == "swiglu":
         a.append("--swiglu")
+    if m.n_experts:
+        a += ["--num-experts", str(m.n_experts), "--moe-router-topk", str(m.experts_per_token),
+              "--moe-ffn-hidden-size", str(m.expert_d_ff or m.d_ff), "--moe-grouped-gemm",
+              "--moe-token-dispatcher-type", "alltoall", "--expert-model-parallel-size", str(plan.ep),
+              "--expert-tensor-parallel-size", str(1 if plan.ep > 1 else plan.tp)]
+        if m.shared_expert_d_ff:
+            a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_d_ff)]
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if plan.pp_virtual_stages > 1:

@@ -134,7 +134,7 @@ _TT_MODELLED = {
                     "pipeline_parallel_degree", "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
                     "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
                     "pipeline_parallel_microbatch_size", "context_parallel_degree", "context_parallel_rotate_method",
-                    "expert_parallel_degree", "enable_compiled_autograd"},
+                    "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_compiled_autograd"},
     "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"},
 }
 _TT_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
@@ -154,8 +154,12 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     tr, par = data.get("training", {}), data.get("parallelism", {})
     tp = _int(where, "tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
     pp = _int(where, "pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
-    if par.get("context_parallel_degree", 1) != 1 or par.get("expert_parallel_degree", 1) != 1:
-        raise UserError(f"{where}: context/expert parallel degrees > 1 are not modelled by gpuadvisor; set them to 1")
+    if par.get("context_parallel_degree", 1) != 1:
+        raise UserError(f"{where}: context parallel degrees > 1 are not modelled by gpuadvisor; set it to 1")
+    ep = _int(where, "expert_parallel_degree", par.get("expert_parallel_degree", 1))
+    if ep > 1 and par.get("expert_tensor_parallel_degree", 1) != 1:
+        raise UserError(f"{where}: expert_tensor_parallel_degree other than 1 with expert parallelism is not "
+                        "modelled; set it to 1")
     rep = _int(where, "data_parallel_replicate_degree", par.get("data_parallel_replicate_degree", 1))
     shard = par.get("data_parallel_shard_degree", -1)
     if shard == -1:
@@ -172,6 +176,8 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
             rb.notes.append("FSDP without resharding under pipeline parallelism is predicted as ZeRO-1 (distributed "
                             "optimizer); its sharded gradients save a little more memory")
     rb.plan.update(dp=dp, tp=tp, pp=pp, zero=zero)
+    if ep > 1:
+        rb.plan["ep"] = ep
     if zero and rep > 1:
         if tp == 1 and pp == 1:
             rb.plan.update(zero=3, zero_hpz_partition_size=shard)
@@ -296,7 +302,8 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
 _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
                "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
-               "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size"}
+               "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
+               "--expert-tensor-parallel-size"}
 _MEG_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
                  "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
@@ -332,8 +339,12 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         return _int(where, flag, vals.get(flag, default))
 
     tp, pp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1)
-    if num("--context-parallel-size", 1) != 1 or num("--expert-model-parallel-size", 1) != 1:
-        raise UserError(f"{where}: context/expert parallel sizes > 1 are not modelled; set them to 1")
+    if num("--context-parallel-size", 1) != 1:
+        raise UserError(f"{where}: context parallel sizes > 1 are not modelled; set it to 1")
+    ep = num("--expert-model-parallel-size", 1)
+    if ep > 1 and num("--expert-tensor-parallel-size", 1) != 1:
+        raise UserError(f"{where}: --expert-tensor-parallel-size other than 1 with expert parallelism is not "
+                        "modelled; set it to 1")
     if world % (tp * pp):
         raise UserError(f"{where}: world size {world} is not divisible by tp {tp} x pp {pp}")
     dp = world // (tp * pp)
@@ -342,6 +353,8 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     if glob % (mb * dp):
         raise UserError(f"{where}: the global batch size {glob} is not a multiple of micro {mb} x dp {dp}")
     rb.plan.update(dp=dp, tp=tp, pp=pp, mb=mb, m=glob // (mb * dp))
+    if ep > 1:
+        rb.plan["ep"] = ep
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
     elif "--num-layers-per-virtual-pipeline-stage" in vals:

@@ -9,6 +9,7 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
 - batch: local_batch_size = mb x m for pipeline plans (pipeline_parallel_microbatch_size = mb gives m
   micro-batches), else mb with global_batch_size = dp x mb x m (torchtitan accumulates m steps).
 - precision: mixed_precision_param bfloat16 or float32 (torchtitan has no fp16 mode).
+- ep -> expert_parallel_degree with expert_tensor_parallel_degree = 1 (torchtitan's MoE models).
 - ZeRO with TP/PP is torchtitan's 2D/3D parallelism (ParallelDims: replicate x shard x tp x pp = world):
   data_parallel_shard_degree = dp beside tensor_parallel_degree and pipeline_parallel_degree, FSDP wrapping each
   pipeline stage. ZeRO-3 with PP keeps "always" (reshard every micro-batch, ZeRO-3's memory); torchtitan's
@@ -42,6 +43,10 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
                    fsdp_reshard_after_forward="always" if plan.zero_stage == 3 else "never")
     if plan.tp > 1:
         par["disable_loss_parallel"] = False
+    if plan.ep > 1:
+        # torchtitan's MoE expert parallelism (ParallelDims: ep borrows from the data-parallel shard and TP
+        # ranks); expert TP 1 as Plan.ep assumes
+        par.update(expert_parallel_degree=plan.ep, expert_tensor_parallel_degree=1)
     training: dict[str, Any] = {"seq_len": t.seq_len, "steps": steps, "global_batch_size": plan.global_batch(),
                                 "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16",
                                 "mixed_precision_reduce": "float32", "compile": compile,

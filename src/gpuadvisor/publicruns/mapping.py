@@ -241,7 +241,7 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
     """The transformer shape: GELU MLP for GPT/MPT, SwiGLU (+ grouped KV heads) for Llama/Qwen."""
     text = f"{run.arch} {run.model_name}"
     if re.search(r"\bMoE\b|mixture|expert", text, re.IGNORECASE) or (run.ep or 1) > 1:
-        raise Unsupported("MoE / expert parallelism")
+        return moe_model_of(run, notes)
     need = {"layers": run.layers, "hidden": run.hidden, "heads": run.heads, "ffn_hidden": run.ffn_hidden,
             "vocab": run.vocab, "seq_len": run.seq_len}
     missing = [k for k, v in need.items() if not v]
@@ -260,6 +260,21 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
     return spec
 
 
+def moe_model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
+    """A mixture-of-experts run's shape from the bundled preset of its model name (the MoE tables name the model
+    and omit the shape): 'GPT OSS 120B' -> gpt-oss-120b, 'Qwen3_30B_a3B' -> qwen3-30b-a3b."""
+    from ..workload import catalog
+    if re.search(r"tokendrop|token.drop|capacity", f"{run.model_name} {run.other_opts}", re.IGNORECASE):
+        raise Unsupported("MoE with token dropping (capacity factor)")
+    key = re.sub(r"[\s_]+", "-", re.sub(r"\(.*?\)", "", run.model_name).strip().lower())
+    presets = catalog.presets()
+    if key not in presets:
+        raise Unsupported("MoE model without a bundled preset")
+    spec = presets[key].spec
+    notes.append(f"MoE shape from the bundled preset {key}")
+    return spec
+
+
 # ---------------------------------------------------------------- plan
 
 
@@ -267,8 +282,6 @@ def degrees_of(run: PublicRun) -> tuple[int, int, int]:
     """(dp, tp, pp); context parallelism is not in Plan."""
     if (run.cp or 1) > 1:
         raise Unsupported("context parallelism (CP>1)")
-    if (run.ep or 1) > 1:
-        raise Unsupported("MoE / expert parallelism")
     tp, pp = run.tp or 1, run.pp or 1
     gpus = run.gpus
     if not gpus:
@@ -297,6 +310,13 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
         stage = 2
     elif re.search(r"FULL_SHARD|FSDP2|full shard", fsdp, re.IGNORECASE):
         stage = 3
+    if stage == 0 and dp > 1 and re.search(r"Megatron-Bridge|NeMo", run.framework) and not re.search(
+            r"FULL_SHARD|FSDP2|SHARD_GRAD_OP|HSDP", fsdp):
+        # NeMo / Megatron-Bridge recipes run Megatron-Core's distributed optimizer (ZeRO-1): their optimizer
+        # factory sets use_distributed_optimizer=True (NVIDIA/NeMo nemo/collections/llm/recipes/optim/adam.py,
+        # distributed_fused_adam_with_cosine_annealing)
+        stage = 1
+        notes.append("distributed optimizer (ZeRO-1): the NeMo / Megatron-Bridge recipes' default")
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
@@ -343,7 +363,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     if sp:
         notes.append("tensor parallelism with sequence parallelism (framework default)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
+        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
                     num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, recompute=recompute, sequence_parallel=sp, nodes=nodes,
                     devices_per_node=gpn)

@@ -64,6 +64,9 @@ class Plan(Frozen):
         if (self.dp * self.tp) % self.ep:
             raise ValueError(f"ep={self.ep} must divide dp*tp = {self.dp}*{self.tp} = {self.dp * self.tp} "
                              "(expert-parallel ranks are drawn from a pipeline stage's data- and tensor-parallel ranks)")
+        if self.ep > 1 and self.mesh_order != "tp-dp-pp":
+            raise ValueError("ep > 1 needs mesh_order tp-dp-pp (expert-parallel ranks are consecutive, inside a "
+                             "pipeline stage, as Megatron-Core orders tp-ep-dp-pp)")
         if self.ep > 1 and self.zero_offload:
             raise ValueError("ZeRO-Offload with expert parallelism is not run by the frameworks gpuadvisor launches; "
                              "use ep=1 with offload, or ep > 1 without it")

@@ -93,6 +93,11 @@ class LayerShape:
         return self.d_model * self.n_experts + routed * self.mlp_params(self.expert_d_ff) + shared
 
     @property
+    def routed_expert_params(self) -> int:
+        """Parameters of the layer's routed experts, all E of them (what expert parallelism splits); 0 if dense."""
+        return self.n_experts * self.mlp_params(self.expert_d_ff) if self.moe else 0
+
+    @property
     def params(self) -> int:
         """All parameters of the layer (what memory holds)."""
         return self.attention_params() + self.ffn_params() + self.norms * self.norm_params(self.d_model)

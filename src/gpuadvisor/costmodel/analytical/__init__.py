@@ -107,12 +107,17 @@ class Context:
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
             self.fused_attention = dev.kind == "gpu"
+            # MoE: what expert parallelism splits (all routed experts of a layer) and the tokens it moves
+            self.p_layer_exp = float(self.shape.routed_expert_params)
+            self.top_k = self.shape.experts_per_token
+            self.a2a_eff = float(cal.get("moe", {}).get("alltoall_efficiency", 1.0))
             self._finetune(workload, cal)
         else:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
             self.p_emb = self.p_head = self.p_final_norm = 0
             self.shape = None
+            self.p_layer_exp, self.top_k, self.a2a_eff = 0.0, 0, 1.0
             self.tied = False
             self.layer_fpt = self.head_fpt = 0.0
             self.fps = float(m.flops_per_sample or 0.0)

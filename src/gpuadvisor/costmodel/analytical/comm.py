@@ -181,6 +181,8 @@ class Topology:
             self.nics.append(rates)
             self.gpu_rails.append(owned)
             rail_ids.append(r)
+        # the least inter-node bandwidth of a node over all its rails (what an all-to-all leaving it shares)
+        self.node_net_bw = min((sum(b for b, _ in rates) for rates, _ in tables), default=self.net_bw)
         self._mat_ids = np.array(mat_ids, dtype=np.int64)
         self._rail_ids = np.array(rail_ids, dtype=np.int64)
         # leading nodes alike (same matrix and rails as node 0): placement may use one period of the layout there
