@@ -290,7 +290,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
-                                                                 n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp)
+                                                                 n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
+                                                                 (tp > 1) | (pp > 1))
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -500,7 +501,10 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarr
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)  # recompute replays the forward (1/3 of 6N; more with adapters)
-    x = tokens * ctx.h / tp / 1e6
+    # the curve's size: tokens x h. A tensor-parallel GEMM keeps its tokens and one dimension at h (column-
+    # parallel: K = h, N / tp; row-parallel: K / tp, N = h), so TP does not shrink it by tp (issue 13: dividing
+    # h by tp made TP-8 runs of large models ~1.5x too slow on H100, Megatron-Core's weak-scaling table)
+    x = tokens * ctx.h / 1e6
     rate = ctx.rate_max * x / (x + ctx.x_half)
     t_layer = tokens * ctx.layer_fpt * extra / tp / rate
     t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
@@ -555,7 +559,7 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
-                   exp, edp):
+                   exp, edp, megatron):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
 
     DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
@@ -567,7 +571,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     `n_dev`: trainable parameters on this device (the adapters with LoRA); `w_dev`: its weight bytes.
     `exp` of them are routed experts whose gradients sync over the expert data-parallel group of `edp` ranks
     (dp·tp/ep, a slice of the dp group): the same ring over fewer ranks, (e−1)/e of the bytes instead of
-    (d−1)/d, priced as that share of the dp group's traffic; none when edp = 1.
+    (d−1)/d, priced as that share of the dp group's traffic; none when edp = 1. `megatron`: rows whose ZeRO-1
+    runs as Megatron-Core's distributed optimizer (beside TP or PP).
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     lat = g.lat * 1e-6
@@ -593,6 +598,15 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     t1 = g.allreduce(zgb, ctx.hier_min) + (znb - 1) * 2 * (dp - 1) * lat + znb * ctx.call_s
     last1 = g.allreduce(np.minimum(zbucket, zgb), ctx.hier_min)
     z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
+    # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
+    # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last
+    # backward, the updated parameters all-gathered bucket by bucket during the next step's first forward
+    # (Megatron-Core distributed optimizer docs, "overlap_param_gather"); only the last bucket of each shows
+    rs1 = g.rs(zgb) + (znb - 1) * (dp - 1) * lat + znb * ctx.call_s
+    bucket1 = g.rs(np.minimum(zbucket, zgb))
+    meg = (_overlapped(rs1, bucket1, window, ctx.contention)
+           + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
+    z1 = np.where(megatron & ovl, meg, z1)
     t2 = g.rs(zgb) + (znb - 1) * (dp - 1) * lat + znb * ctx.call_s
     last2 = g.rs(np.minimum(zbucket, zgb))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
@@ -600,7 +614,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     exposed = np.where(multi, exposed, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(multi, (dp - 1) / dp, 0.0)
-    sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, 3.0 * frac * zgb,
+    sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, 2.0, 3.0) * frac * zgb,
                                                               np.where(zero == 2, (m + 1) * frac * zgb, 0.0)))
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
