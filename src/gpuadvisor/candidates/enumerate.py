@@ -3,7 +3,10 @@
 Degrees dp·tp·pp = nodes·devices_per_node (torchtitan ParallelDims), ZeRO stages 0/1/2/3/3-offload,
 placements (TP inside a node unless asked), mesh orders, micro-batching with dp·mb·m = global batch,
 pipeline schedules, DDP/ZeRO bucket sizes, comm hooks (opt-in: they change numerics), hpZ, recompute
-and sequence parallelism. Every yielded plan passes `check_plan_for`.
+and sequence parallelism, expert parallelism for MoE models. Every yielded plan passes `check_plan_for`.
+TP communication overlap (Plan.tp_comm_overlap: Megatron's --tp-comm-overlap, torchtitan's async TP) is not
+enumerated: it needs Transformer Engine or torch.compile with symmetric memory, which neither DeepSpeed nor the
+bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it.
 
 Bounded by design: the work grows with the number of distinct shapes, never with the device count or the
 batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
@@ -100,7 +103,8 @@ ORDERS = ("tp-dp-pp", "tp-pp-dp")
 # one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
-           "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "global_batch")
+           "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
+           "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -110,7 +114,7 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
-    for k in ("zero_offload", "recompute", "sequence_parallel"):
+    for k in ("zero_offload", "recompute", "sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
     f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
     f["comm_hook"] = HOOKS[int(f["comm_hook"])]
@@ -229,7 +233,7 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                                     if ep > 1 and hpz > 1:
                                         continue
                                     rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket,
-                                                 hook, zrb, hpz, nodes, gpn, ep, gb))
+                                                 hook, zrb, hpz, nodes, gpn, ep, False, gb))
 
 
 def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:

@@ -16,6 +16,7 @@ import numpy as np
 from ..schemas import Plan
 from .analytical import Context
 from .analytical.comm import Group
+from .analytical.compute import gemm_size
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
 
@@ -39,7 +40,7 @@ def plan_row(p: Plan) -> tuple:
     return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
             _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, int(p.recompute), int(p.sequence_parallel),
             _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
-            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, p.global_batch())
+            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap), p.global_batch())
 
 
 class Eval:
@@ -245,7 +246,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- compute of one micro-batch on the busiest stage (compute.py) ----
     tokens = mb * ctx.s
-    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens)
+    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep)
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
     # them past their thresholds: docs/cost-model.md, known gaps)
     t_mb = layers * t_layer + t_head + layers * t_host
@@ -257,6 +258,13 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     calls = np.where(sp, 2.0, 1.0)
     t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, ctx.hier_min) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
+    # overlapped TP (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers split each sequence-parallel
+    # all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes or produces it; torchtitan
+    # async TP the same with SymmetricMemory; Wang et al. 2022 "Overlap communication with dependent computation
+    # via decomposition"): only what exceeds the layers' GEMM time shows; the hidden part costs `contention`
+    tpo = a[:, 19] > 0
+    t_tp = np.where(tpo, np.maximum(0.0, t_tp - layers * t_layer) + ctx.contention * np.minimum(t_tp, layers * t_layer),
+                    t_tp)
     tp_sent = np.where(tp > 1, m * n_coll * 2.0 * (tp - 1) / tp * size, 0.0)
 
     # ---- expert parallelism: token all-to-alls on the critical path (_expert_alltoall) ----
@@ -488,10 +496,12 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
             "comm_buffers": buf, "framework": fw, "host": host, "_total": live + fw}
 
 
-def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
 
-    GEMMs at the family's saturating efficiency over the GEMM size (compute.gemm_size), non-GEMM work as bytes
+    GEMMs at the family's saturating efficiency over each GEMM kind's size (compute.gemm_size: attention
+    projections at rows × min(h, q_dim/tp), the MLP at rows × min(h, width/tp) — a routed expert's width, split
+    by tp only without expert parallelism —, the attention core and the LM head at their own), non-GEMM work as bytes
     over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
     host's dispatch of the layer's kernels (compute.launch_time_s). Full recompute replays the forward (×4/3).
     """
@@ -501,14 +511,23 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens) -> tuple[np.ndarray, np.ndarr
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)  # recompute replays the forward (1/3 of 6N; more with adapters)
-    # the curve's size: tokens x h. A tensor-parallel GEMM keeps its tokens and one dimension at h (column-
-    # parallel: K = h, N / tp; row-parallel: K / tp, N = h), so TP does not shrink it by tp (issue 13: dividing
-    # h by tp made TP-8 runs of large models ~1.5x too slow on H100, Megatron-Core's weak-scaling table)
-    x = tokens * ctx.h / 1e6
-    rate = ctx.rate_max * x / (x + ctx.x_half)
-    t_layer = tokens * ctx.layer_fpt * extra / tp / rate
+    def rate(x):
+        return ctx.rate_max * x / (x + ctx.x_half)
+    # a TP GEMM keeps its tokens and one side at h; it narrows only where the split width falls below h (issue
+    # 13: sizing every GEMM at tokens·h/tp made TP-8 runs of large models ~1.5x too slow on H100)
+    fs = ctx.flops_split
+    mlp_w = ctx.mlp_width / np.where(a_ep > 1, 1.0, tp)  # experts whole under expert parallelism
+    # a routed expert's GEMM has only the rows routed to it: b·s·k/E of a rank's tokens without expert
+    # parallelism, ep times more with it (each rank computes its E/ep experts for the tokens of ep ranks, its
+    # TP group's tokens split tp ways under expert TP 1); grouped GEMMs run them in one launch, tile by tile
+    mlp_rows = tokens
+    if ctx.top_k:
+        mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
+    t_layer = tokens * extra / tp * (fs["proj"] / rate(gemm_size(tokens, ctx.h, ctx.q_width / tp))
+                                     + fs["mlp"] / rate(gemm_size(mlp_rows, ctx.h, mlp_w))
+                                     + fs["core"] / rate(gemm_size(tokens, ctx.h, ctx.h)))
     t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
-    t_head = tokens * ctx.head_fpt / tp / rate
+    t_head = tokens * ctx.head_fpt / tp / rate(gemm_size(tokens, ctx.h, ctx.V / tp))
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = extra * ctx.kpl * ctx.launch_us * 1e-6

@@ -84,6 +84,8 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a += ["--num-layers-per-virtual-pipeline-stage", str(m.n_layers // (plan.pp * plan.pp_virtual_stages))]
     if plan.sequence_parallel:
         a.append("--sequence-parallel")
+    if plan.tp_comm_overlap:
+        a.append("--tp-comm-overlap")  # Transformer Engine userbuffers (needs TE; Megatron validate_args)
     if plan.zero_stage in (1, 2):
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif plan.zero_stage == 3:

@@ -213,6 +213,8 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         rb.notes.append("selective activation checkpointing is not a plan dimension yet: predicted without recompute")
     if tp > 1 and not par.get("disable_loss_parallel", False):
         rb.plan["sequence_parallel"] = True  # torchtitan's TP plan shards norms/dropout along the sequence
+        if par.get("enable_async_tensor_parallel", False):
+            rb.plan["tp_comm_overlap"] = True
     rb.seq_len = tr.get("seq_len", 2048)
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
     rb.world_size = dp * tp * pp
@@ -304,7 +306,7 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
                "--expert-tensor-parallel-size"}
-_MEG_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
+_MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
                  "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
 
@@ -362,6 +364,8 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         rb.plan.update(pp_virtual_stages=2, schedule="interleaved")
     if "--sequence-parallel" in switches and tp > 1:
         rb.plan["sequence_parallel"] = True
+        if "--tp-comm-overlap" in switches:
+            rb.plan["tp_comm_overlap"] = True
     gran = vals.get("--recompute-granularity")
     if gran == "full" or "--recompute-activations" in switches and gran != "selective":
         rb.plan["recompute"] = True

@@ -43,13 +43,15 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
                    fsdp_reshard_after_forward="always" if plan.zero_stage == 3 else "never")
     if plan.tp > 1:
         par["disable_loss_parallel"] = False
+    if plan.tp_comm_overlap:
+        par["enable_async_tensor_parallel"] = True  # torchtitan's async TP needs torch.compile (set below)
     if plan.ep > 1:
         # torchtitan's MoE expert parallelism (ParallelDims: ep borrows from the data-parallel shard and TP
         # ranks); expert TP 1 as Plan.ep assumes
         par.update(expert_parallel_degree=plan.ep, expert_tensor_parallel_degree=1)
     training: dict[str, Any] = {"seq_len": t.seq_len, "steps": steps, "global_batch_size": plan.global_batch(),
                                 "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16",
-                                "mixed_precision_reduce": "float32", "compile": compile,
+                                "mixed_precision_reduce": "float32", "compile": compile or plan.tp_comm_overlap,
                                 "enable_cpu_offload": plan.zero_offload}
     if plan.pp > 1:
         par.update(pipeline_parallel_schedule=SCHEDULES[plan.pp_schedule],

@@ -362,8 +362,12 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
     if sp:
         notes.append("tensor parallelism with sequence parallelism (framework default)")
+    overlap = sp and bool(re.search(r"tp-comm-overlap|async[- ]?TP|enable_async_tensor_parallel",
+                                    f"{run.other_opts} {run.notes}", re.IGNORECASE))
+    if overlap:
+        notes.append("TP communication overlapped with GEMMs (--tp-comm-overlap / async TP)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
+        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
                     num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, recompute=recompute, sequence_parallel=sp, nodes=nodes,
                     devices_per_node=gpn)

@@ -42,6 +42,9 @@ class Plan(Frozen):
     zero_hpz_partition_size: int = Field(1, ge=1, description="ZeRO++ hpZ: secondary param shard group size (node)")
     recompute: bool = Field(False, description="Full activation recompute (checkpointing) per layer")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallel with TP")
+    tp_comm_overlap: bool = Field(False, description="Overlap TP communication with the GEMMs that use it "
+                                  "(Megatron-Core --tp-comm-overlap with Transformer Engine; torchtitan async TP); "
+                                  "needs sequence parallelism and NVLink between the TP ranks")
     nodes: int = Field(1, ge=1, description="Nodes used")
     devices_per_node: int = Field(1, ge=1, description="Devices used on each node")
     mesh_order: MeshOrder = Field("tp-dp-pp", description="Rank layout, fastest-varying first")
@@ -90,6 +93,9 @@ class Plan(Frozen):
             raise ValueError("interleaved 1F1B needs num_micro_batches divisible by pp")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise ValueError("tp_comm_overlap needs sequence_parallel (Megatron's --tp-comm-overlap and torchtitan's "
+                             "async TP split the sequence-parallel all-gathers and reduce-scatters)")
         if self.comm_hook != "none" and (self.zero_stage or self.dp == 1):
             raise ValueError("DDP comm hooks apply to plain data parallelism (dp > 1, zero_stage = 0)")
         if self.zero_hpz_partition_size > 1:

@@ -107,6 +107,11 @@ class Context:
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
             self.fused_attention = dev.kind == "gpu"
+            # the layer's FLOPs by GEMM kind and each kind's width before TP (engine._compute sizes them)
+            self.flops_split = K.layer_flops_split(m, self.s)
+            self.q_width = float(self.shape.q_dim)
+            self.mlp_width = float((self.shape.expert_d_ff * (2 if self.shape.gated else 1)) if self.shape.moe
+                                   else self.shape.d_ff * (2 if self.shape.gated else 1))
             # MoE: what expert parallelism splits (all routed experts of a layer) and the tokens it moves
             self.p_layer_exp = float(self.shape.routed_expert_params)
             self.top_k = self.shape.experts_per_token
@@ -155,6 +160,7 @@ class Context:
         # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
         self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
         self.layer_fpt = K.layer_flops_per_token(self.model, self.s, ft)
+        self.flops_split = K.layer_flops_split(self.model, self.s, ft)
         self.head_fpt = K.head_flops_per_token(self.model, ft)
         self.fwd_frac = K.layer_forward_fraction(self.model, self.s, ft)
         self.z3_grad_bytes = 4.0  # only the fp32 adapter gradients are reduce-scattered

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ...schemas import FineTune, ModelSpec
 from ...workload.finetune import adapter_flops_per_token
 from ...workload.shapes import layer_shape
@@ -90,13 +92,27 @@ def flops_per_token(m: ModelSpec, seq_len: int, recompute: bool = False, ft: Opt
     return m.n_layers * layer_flops_per_token(m, seq_len, ft) * extra + head_flops_per_token(m, ft)
 
 
-def gemm_size(tokens: int, d_model: int, tp: int) -> float:
-    """GEMM size index x for the efficiency curve: tokens per micro-batch × d_model / tp, in millions.
+def gemm_size(rows, d_model: int, width_per_rank):
+    """GEMM size index x for the efficiency curve, in millions: rows × the GEMM's narrower side.
 
-    Megatron-LM (Narayanan et al. 2021) Fig. 15/16: achieved TFLOP/s per GPU falls as the
-    micro-batch or the per-GPU slice of the hidden dimension shrinks.
+    A layer's GEMMs are (rows × h)·(h × w) or (rows × w)·(w × h) with rows = tokens per micro-batch and w the
+    per-rank width (q_dim/tp, d_ff/tp, an expert's width); tensor parallelism splits w and keeps h
+    (Shoeybi et al. 2019 §3: column- then row-parallel), so the size is rows × min(h, w). Achieved TFLOP/s
+    falls as the micro-batch or the per-GPU slice shrinks (Narayanan et al. 2021 Fig. 15/16; NVIDIA's
+    "Matrix multiplication background" guide: tile and wave quantisation). Works on arrays.
     """
-    return tokens * d_model / tp / 1e6
+    return rows * np.minimum(d_model, width_per_rank) / 1e6
+
+
+def layer_flops_split(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> dict[str, float]:
+    """`layer_flops_per_token` split by the GEMMs that do it: attention projections (Q, K, V, O), the MLP
+    (dense, shared and routed experts; router and norms ride along), the attention core (scores and values).
+    With adapters the projections and MLP carry their adapters' FLOPs in proportion to their parameters."""
+    shape = layer_shape(m)
+    core = attention_flops_per_token(m, seq_len)
+    linear = layer_flops_per_token(m, seq_len, ft) - core
+    proj = shape.attention_params() / shape.active_params
+    return {"proj": linear * proj, "mlp": linear * (1.0 - proj), "core": core}
 
 
 def elementwise_time_s(tokens: int, layers: float, d_model: int, act_bytes: int, traffic_per_h: float,
