@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import torch
 import torch.nn as nn
@@ -170,17 +170,23 @@ class MoE(nn.Module):
         self.router = nn.Linear(s.d_model, s.n_experts, bias=False)
         self.experts = nn.ModuleList(make_mlp(cfg, s.expert_d_ff) for _ in range(s.n_experts))
         self.shared: Optional[nn.Module] = make_mlp(cfg, s.shared_d_ff) if s.shared_d_ff else None
+        self.n_routed = s.n_experts  # routed experts of the layer, wherever they live
+        # set by `experts.shard_experts` under expert parallelism: `experts` then holds this rank's block only
+        self.expert_parallel: Optional[Any] = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         logits = self.router(flat)
         top, idx = logits.topk(self.top_k, dim=-1)  # (tokens, k)
         weights = top.float().softmax(dim=-1).to(flat.dtype)  # softmax over the k chosen logits
-        out = torch.zeros_like(flat)
-        for e, expert in enumerate(self.experts):
-            token, slot = (idx == e).nonzero(as_tuple=True)  # tokens routed to e, in token order
-            y = expert(flat.index_select(0, token)) * weights[token, slot].unsqueeze(-1)
-            out = out.index_add(0, token, y)
+        if self.expert_parallel is not None:  # all-to-all dispatch/combine over the ep group (`experts.py`)
+            out = self.expert_parallel.combine(flat, idx, weights, self.experts, self.n_routed)
+        else:
+            out = torch.zeros_like(flat)
+            for e, expert in enumerate(self.experts):
+                token, slot = (idx == e).nonzero(as_tuple=True)  # tokens routed to e, in token order
+                y = expert(flat.index_select(0, token)) * weights[token, slot].unsqueeze(-1)
+                out = out.index_add(0, token, y)
         if self.shared is not None:
             out = out + self.shared(flat)
         return out.view_as(x)
