@@ -130,6 +130,10 @@ class AccumulatingStrategy(Strategy):
     def sync_context(self, last: bool):
         return contextlib.nullcontext()
 
+    def reduce_gradients(self) -> None:
+        """Gradient reduction the wrappers do not do, after the last micro-batch (expert parallelism's expert
+        gradients); nothing by default."""
+
     def step(self, step: int) -> Optional[float]:
         x, y = self.replica_batch(step)
         m = self.plan.num_micro_batches
@@ -142,6 +146,7 @@ class AccumulatingStrategy(Strategy):
                 scaled = loss / m  # mean over the replica's batch
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach()
+        self.reduce_gradients()
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
