@@ -100,7 +100,9 @@ def max_abs_diff(got: list[float], base: list[float]) -> float:
 @pytest.mark.parametrize("name", TWO_RANK)
 def test_same_losses_as_single_process(runs, name):
     base, got = global_losses(runs[baseline(name)]), global_losses(runs[name])
-    print(f"{name}: max abs loss difference {max_abs_diff(got, base):.1e} vs {baseline(name)}")
+    times = sorted(runs[name].ranks[0].step_times_s)
+    print(f"{name}: max abs loss difference {max_abs_diff(got, base):.1e} vs {baseline(name)}; "
+          f"median step {times[len(times) // 2] * 1e3:.1f} ms")
     assert len(got) == len(base) == 5
     assert max_abs_diff(got, base) < LOSS_ATOL, f"{name}: {got} vs {baseline(name)} {base}"
 

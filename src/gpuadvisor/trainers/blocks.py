@@ -16,6 +16,11 @@ count, tested):
   Qwen2-MoE / DeepSeekMoE, always on). No capacity limit and no token dropping: every token reaches its k
   experts, computed per expert with index_select/index_add_, so the result is exact and deterministic.
   Auxiliary load-balancing losses are not added (they do not change the parallel structure).
+  Under expert parallelism (Plan.ep > 1; `experts.py`) a layer keeps only its rank's contiguous block of routed
+  experts and hands the routed tokens to `ExpertParallel.combine`, which sends each (token, slot) row to the
+  rank owning its expert with all-to-all and back (GShard/Switch dispatch and combine, Megatron-Core's
+  "alltoall" token dispatcher, DeepSpeed-MoE's expert + data parallelism); routing, the router and the shared
+  expert are unchanged, so the layer computes what the single-device layer computes.
 
 Names are stable across families so tensor-parallel plans and LoRA targets find them: attention q, k, v and
 `proj` (the "o" role), MLP `fc1`/`fc2` (GeLU: "up"/"down" roles) or `gate`/`up`/`down`; MoE experts live in

@@ -71,6 +71,7 @@ class ExpertParallel:
     ep_group: Any
     edp_group: Any
     edp_size: int
+    mesh: Any = None  # the ("edp", "ep") DeviceMesh; FSDP2 shards experts over its "edp" dim
 
     def local(self, n_experts: int) -> range:
         """The global indices of the routed experts this rank holds (a contiguous block)."""
@@ -119,7 +120,7 @@ def expert_parallel(ctx) -> Optional[ExpertParallel]:
     """The ep and edp process groups of this data-parallel plan (None when ep = 1), created once per strategy.
 
     A ("edp", "ep") DeviceMesh over the dp ranks, ep fastest: rank r has ep-index r % ep and edp-index r // ep.
-    Returns the groups; the mesh itself is kept as `.mesh` for FSDP2 (experts shard over its "edp" dim).
+    The mesh itself is kept as `.mesh` for FSDP2 (experts shard over its "edp" dim).
     """
     plan = ctx.plan
     if plan.ep == 1:
@@ -130,10 +131,8 @@ def expert_parallel(ctx) -> Optional[ExpertParallel]:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(ctx.device.type, (plan.dp // plan.ep, plan.ep), mesh_dim_names=("edp", "ep"))
-    out = ExpertParallel(ep=plan.ep, ep_rank=mesh.get_local_rank("ep"), dp=plan.dp, ep_group=mesh.get_group("ep"),
-                         edp_group=mesh.get_group("edp"), edp_size=plan.dp // plan.ep)
-    out.mesh = mesh  # type: ignore[attr-defined]
-    return out
+    return ExpertParallel(ep=plan.ep, ep_rank=mesh.get_local_rank("ep"), dp=plan.dp, ep_group=mesh.get_group("ep"),
+                          edp_group=mesh.get_group("edp"), edp_size=plan.dp // plan.ep, mesh=mesh)
 
 
 def shard_experts(model: nn.Module, ep: ExpertParallel) -> list[str]:

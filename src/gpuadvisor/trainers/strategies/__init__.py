@@ -1,4 +1,9 @@
-"""One module per parallel strategy; `build_strategy` picks the one a plan asks for."""
+"""One module per parallel strategy; `build_strategy` picks the one a plan asks for.
+
+Plans with ep > 1 (expert parallelism beside data parallelism, all-to-all token dispatch as Megatron-Core's
+"alltoall" dispatcher and DeepSpeed-MoE) go to `expert.py` whatever their ZeRO stage: DDP, ZeRO-1 as a
+distributed optimizer, ZeRO-2/3 on FSDP2 with experts sharded over the expert-data-parallel group.
+"""
 from __future__ import annotations
 
 from ..parallel import Context

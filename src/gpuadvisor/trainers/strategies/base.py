@@ -6,7 +6,9 @@ rank does not own a loss (pipeline stages other than the last, tensor-parallel r
 tp rank 0). The global loss of a step is the mean of the owned losses: every replica processes an
 equal share of the global batch, so that mean is the mean cross-entropy over the global batch.
 Gradients follow the same rule: micro-batch losses are scaled by 1/m and data-parallel
-gradients are averaged, so every strategy takes the same optimizer step.
+gradients are averaged, so every strategy takes the same optimizer step. `reduce_gradients` runs after the
+last micro-batch for reductions no wrapper does: expert parallelism's expert gradients (summed over the
+expert-data-parallel group and divided by dp, `experts.py`), a no-op for every other strategy.
 """
 from __future__ import annotations
 

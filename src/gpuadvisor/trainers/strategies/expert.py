@@ -19,7 +19,7 @@ its MoE path needs DeepSpeed's own MoE layer class, so a `--ds-config` is refuse
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..blocks import MoE
 from ..experts import ExpertParallel, expert_parallel, reduce_expert_grads, shard_experts
+from ..model import GPT
 from ..parallel import Context
 from .base import AccumulatingStrategy, make_optimizer
 from .ddp import wrap_ddp
@@ -51,7 +52,7 @@ class Optimizers:
             o.step()
 
 
-def _expert_model(strategy: AccumulatingStrategy, ctx: Context) -> tuple[torch.nn.Module, ExpertParallel, set[str]]:
+def _expert_model(strategy: AccumulatingStrategy, ctx: Context) -> tuple[GPT, ExpertParallel, set[str]]:
     """The seeded model with this rank's experts only, on the device; the groups; the expert parameter names."""
     plan = ctx.plan
     if strategy.scaler is not None:
@@ -59,7 +60,7 @@ def _expert_model(strategy: AccumulatingStrategy, ctx: Context) -> tuple[torch.n
     ep = expert_parallel(ctx)
     if ep is None:
         raise ValueError(f"plan {plan.to_string()} has ep = 1: no expert parallelism to run")
-    model = strategy.build_model()
+    model = cast(GPT, strategy.build_model())
     if not any(isinstance(m, MoE) for m in model.modules()):
         raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{ctx.job.workload.model.name}' has no "
                          "routed experts: use ep=1")
@@ -71,6 +72,8 @@ class ExpertDataParallel(AccumulatingStrategy):
     """ep > 1 with DDP (zero_stage 0) or a distributed optimizer (zero_stage 1) over the dense and expert groups."""
 
     name = "ep"
+
+    model: DDP
 
     def __init__(self, ctx: Context):
         super().__init__(ctx)
@@ -118,17 +121,17 @@ class FsdpExpertParallel(AccumulatingStrategy):
         if ctx.amp_dtype == torch.bfloat16:
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         dp_mesh = init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("dp",))
-        edp_mesh = self.ep.mesh["edp"]  # type: ignore[attr-defined]
+        edp_mesh = self.ep.mesh["edp"]
         for block in model.blocks:
             if isinstance(block.mlp, MoE):
                 for expert in block.mlp.experts:
-                    fully_shard(expert, mesh=edp_mesh, **kwargs)
+                    sharded = fully_shard(expert, mesh=edp_mesh, **kwargs)
                     # mean over all dp replicas, not over the edp group (see experts.py)
-                    expert.set_gradient_divide_factor(float(plan.dp))
+                    sharded.set_gradient_divide_factor(float(plan.dp))
                     if self.ep.edp_size > 1:  # SUM then divide: gloo has no PREMUL_SUM
-                        expert.set_force_sum_reduction_for_comms(True)
+                        sharded.set_force_sum_reduction_for_comms(True)
             fully_shard(block, mesh=dp_mesh, **kwargs)
-        self.model = fully_shard(model, mesh=dp_mesh, **kwargs)
+        self.model = cast(torch.nn.Module, fully_shard(model, mesh=dp_mesh, **kwargs))
         self.optimizer = make_optimizer(self.model.parameters(), ctx)
 
 
