@@ -2,8 +2,8 @@
 
 What a rank holds: the routed experts of every MoE layer are cut into ep contiguous blocks; the rank with
 ep-index j keeps experts [j*E/ep, (j+1)*E/ep) (`ExpertParallel.local`). The router, the shared expert and
-every dense parameter stay replicated, as in DeepSpeed-MoE (Rajbhandari et al. 2022, §4: "expert + data
-parallelism") and Megatron-Core's MoE. Only data-parallel plans run it (tp = pp = 1, ep divides dp): the ep
+every dense parameter stay replicated, as in DeepSpeed-MoE's expert + data parallelism (Rajbhandari et al.
+2022) and Megatron-Core's MoE. Only data-parallel plans run it (tp = pp = 1, ep divides dp): the ep
 group is ep neighbouring ranks (rank r has ep-index r mod ep, Megatron-Core's "tp-ep-dp-pp" rank order with
 tp = 1), the expert-data-parallel (edp) group the dp/ep ranks with the same ep-index (r, r + ep, r + 2 ep, ...),
 which hold the same experts.
@@ -27,7 +27,8 @@ gradient on its owner already sums the contributions of the ep group's tokens (t
 them), each the gradient of its own replica's mean loss; summing that over the edp group (the ranks holding the
 same expert, each serving other replicas) gives the sum over all dp replicas, so the mean-loss gradient is that
 sum divided by dp, not by the edp size (Megatron-Core's DDP scales expert gradients by edp/dp on top of its
-edp average for the same reason). `reduce_expert_grads` does that after the last micro-batch.
+edp average for the same reason). Under DDP and ZeRO-1 `reduce_expert_grads` does that after the last
+micro-batch; under ZeRO-2/3 FSDP2 does it with the experts' gradient divide factor (`strategies/expert.py`).
 """
 from __future__ import annotations
 
