@@ -100,3 +100,47 @@ def test_qlora_needs_bitsandbytes(monkeypatch):
     monkeypatch.setattr(support, "bitsandbytes_version", lambda: (0, 45, 0))
     assert unsupported_reason(ddp, qlora, cuda=True) is None
     assert "4-bit kernels on CUDA" in unsupported_reason(ddp, qlora, cuda=False)
+
+
+def _moe_workload(**update):
+    return _llama_workload(n_experts=4, experts_per_token=2, expert_d_ff=32).model_copy(update=update)
+
+
+def test_expert_parallel_runs_beside_data_parallelism_only():
+    """ep > 1 runs with dp (DDP, ZeRO-1/2/3); with tp or pp, LoRA, hooks, hpZ or fp16 it is refused in one line."""
+    from gpuadvisor.schemas.workload import FineTune
+
+    moe = _moe_workload()
+    for z in (0, 1, 2, 3):
+        plan = Plan(dp=2, ep=2, zero_stage=z, micro_batch_size=2, devices_per_node=2)
+        assert unsupported_reason(plan, moe, cuda=False) is None and unsupported_reason(plan, moe, cuda=True) is None
+    tp = Plan(dp=2, tp=2, ep=2, micro_batch_size=2, devices_per_node=4)
+    assert unsupported_reason(tp, moe, cuda=True) == (
+        "plan tp2xdp2-ep2 (ep=2, tp=2, pp=1): the bundled trainers run expert parallelism beside data parallelism "
+        "only; use tp=1 and pp=1 with ep dividing dp, or ep=1")
+    assert unsupported_reason(tp.model_copy(update={"ep": 1}), moe, cuda=True) is None  # ep is what is refused
+    pp = Plan(dp=2, pp=2, ep=2, micro_batch_size=1, num_micro_batches=2, devices_per_node=4)
+    assert "plan pp2xdp2-ep2 (ep=2, tp=1, pp=2)" in unsupported_reason(pp, moe, cuda=False)
+    ddp = Plan(dp=2, ep=2, micro_batch_size=2, devices_per_node=2)
+    lora = moe.model_copy(update={"finetune": FineTune(method="lora")})
+    assert unsupported_reason(ddp, lora, cuda=True) == \
+        "plan dp-ep2: LoRA/QLoRA trials do not run expert parallelism; use ep=1"
+    assert "comm hook" in unsupported_reason(ddp.model_copy(update={"comm_hook": "fp16"}), moe, cuda=True)
+    hpz = Plan(dp=4, ep=2, zero_stage=3, zero_hpz_partition_size=2, micro_batch_size=1, devices_per_node=4)
+    assert "hpZ" in unsupported_reason(hpz, moe, cuda=True)
+    fp16 = moe.model_copy(update={"training": moe.training.model_copy(update={"precision": "fp16"})})
+    assert "fp16" in unsupported_reason(ddp, fp16, cuda=True)
+    assert unsupported_reason(ddp, fp16, cuda=False) is None  # CPU runs fp32 whatever is asked
+    assert "no routed experts" in unsupported_reason(ddp, _llama_workload(), cuda=True)
+    six = _llama_workload(n_experts=6, experts_per_token=2, expert_d_ff=32)
+    assert "does not divide the 6 routed experts" in unsupported_reason(
+        Plan(dp=4, ep=4, micro_batch_size=1, devices_per_node=4), six, cuda=True)
+    for plan in (tp, pp, ddp.model_copy(update={"comm_hook": "fp16"}), hpz):
+        assert "\n" not in unsupported_reason(plan, moe, cuda=True)
+
+
+def test_trial_planner_skips_ep_plans_the_trainers_refuse():
+    cluster = load_preset("cpu-2ranks")
+    planner = DefaultPlanner(cluster, _moe_workload())
+    assert planner._runnable(Plan(dp=2, ep=2, micro_batch_size=2, devices_per_node=2))
+    assert not planner._runnable(Plan(tp=2, ep=2, micro_batch_size=4, devices_per_node=2))

@@ -1,5 +1,6 @@
-"""The bundled trainers: one GPT (and a ResNet-18), deterministic synthetic data, single/DDP/TP/PP/ZeRO
-and TP x DP / PP x DP hybrids, per-rank metrics aggregated as in the A6000 paper (Appendix F).
+"""The bundled trainers: one GPT (and a ResNet-18), deterministic synthetic data, single/DDP/TP/PP/ZeRO,
+TP x DP / PP x DP hybrids and expert parallelism beside DP (MoE, `experts.py`), per-rank metrics aggregated
+as in the A6000 paper (Appendix F).
 
 Run: `torchrun --nproc-per-node N -m gpuadvisor.trainers --plan job.json --out DIR`
 (or plain `python -m gpuadvisor.trainers ...` for a 1-rank plan). See docs/trainers.md.

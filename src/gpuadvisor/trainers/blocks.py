@@ -16,6 +16,11 @@ count, tested):
   Qwen2-MoE / DeepSeekMoE, always on). No capacity limit and no token dropping: every token reaches its k
   experts, computed per expert with index_select/index_add_, so the result is exact and deterministic.
   Auxiliary load-balancing losses are not added (they do not change the parallel structure).
+  Under expert parallelism (Plan.ep > 1; `experts.py`) a layer keeps only its rank's contiguous block of routed
+  experts and hands the routed tokens to `ExpertParallel.combine`, which sends each (token, slot) row to the
+  rank owning its expert with all-to-all and back (GShard/Switch dispatch and combine, Megatron-Core's
+  "alltoall" token dispatcher, DeepSpeed-MoE's expert + data parallelism); routing, the router and the shared
+  expert are unchanged, so the layer computes what the single-device layer computes.
 
 Names are stable across families so tensor-parallel plans and LoRA targets find them: attention q, k, v and
 `proj` (the "o" role), MLP `fc1`/`fc2` (GeLU: "up"/"down" roles) or `gate`/`up`/`down`; MoE experts live in
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import torch
 import torch.nn as nn
@@ -170,17 +175,23 @@ class MoE(nn.Module):
         self.router = nn.Linear(s.d_model, s.n_experts, bias=False)
         self.experts = nn.ModuleList(make_mlp(cfg, s.expert_d_ff) for _ in range(s.n_experts))
         self.shared: Optional[nn.Module] = make_mlp(cfg, s.shared_d_ff) if s.shared_d_ff else None
+        self.n_routed = s.n_experts  # routed experts of the layer, wherever they live
+        # set by `experts.shard_experts` under expert parallelism: `experts` then holds this rank's block only
+        self.expert_parallel: Optional[Any] = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         logits = self.router(flat)
         top, idx = logits.topk(self.top_k, dim=-1)  # (tokens, k)
         weights = top.float().softmax(dim=-1).to(flat.dtype)  # softmax over the k chosen logits
-        out = torch.zeros_like(flat)
-        for e, expert in enumerate(self.experts):
-            token, slot = (idx == e).nonzero(as_tuple=True)  # tokens routed to e, in token order
-            y = expert(flat.index_select(0, token)) * weights[token, slot].unsqueeze(-1)
-            out = out.index_add(0, token, y)
+        if self.expert_parallel is not None:  # all-to-all dispatch/combine over the ep group (`experts.py`)
+            out = self.expert_parallel.combine(flat, idx, weights, self.experts, self.n_routed)
+        else:
+            out = torch.zeros_like(flat)
+            for e, expert in enumerate(self.experts):
+                token, slot = (idx == e).nonzero(as_tuple=True)  # tokens routed to e, in token order
+                y = expert(flat.index_select(0, token)) * weights[token, slot].unsqueeze(-1)
+                out = out.index_add(0, token, y)
         if self.shared is not None:
             out = out + self.shared(flat)
         return out.view_as(x)

@@ -12,6 +12,9 @@ MLP widths (d_ff, expert_d_ff, shared_expert_d_ff), and with sequence parallel t
 LoRA/QLoRA (`lora.py`) run data parallel only: single device, DDP, DeepSpeed ZeRO-1/2/3 (no offload/hpZ) or,
 with GPUADVISOR_ZERO_IMPL=fsdp, FSDP2 ZeRO-2/3. QLoRA needs bitsandbytes' NF4 kernels (on CPU: bitsandbytes
 >= 0.50, the version its CPU 4-bit path was tested with here) and runs single device or DDP.
+Expert parallelism (ep > 1, `experts.py`) runs beside data parallelism only (tp = pp = 1, ep divides dp and the
+routed experts) with DDP, ZeRO-1 or ZeRO-2/3 (torch-native, not DeepSpeed), full training, fp32 or bf16; not
+with tp or pp > 1, LoRA/QLoRA, DDP comm hooks, hpZ or fp16 loss scaling (`ep_reason`, one line each).
 """
 from __future__ import annotations
 
@@ -79,11 +82,44 @@ def finetune_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[s
     return None
 
 
+def ep_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
+    """Why the bundled trainers cannot run `plan`'s expert parallelism (None if they can, or for ep = 1).
+
+    They run ep > 1 beside data parallelism only (tp = pp = 1, ep divides dp; `strategies/expert.py`) with DDP,
+    ZeRO-1 (distributed optimizer) or ZeRO-2/3 (FSDP2), in fp32 or bf16, full training.
+    """
+    ep = plan.ep
+    if ep == 1:
+        return None
+    m = workload.model
+    if m.kind != "transformer" or not m.n_experts:
+        return f"ep={ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1"
+    if m.n_experts % ep:
+        return f"ep={ep} does not divide the {m.n_experts} routed experts of '{m.name}'; use an ep that divides them"
+    if plan.tp > 1 or plan.pp > 1:
+        return (f"plan {plan.strategy} (ep={ep}, tp={plan.tp}, pp={plan.pp}): the bundled trainers run expert "
+                f"parallelism beside data parallelism only; use tp=1 and pp=1 with ep dividing dp, or ep=1")
+    if workload.finetune.adapters:
+        return f"plan {plan.strategy}: LoRA/QLoRA trials do not run expert parallelism; use ep=1"
+    if plan.comm_hook != "none":
+        return (f"plan {plan.strategy}: the bundled trainers run no DDP comm hook with ep > 1 (expert gradients are "
+                "reduced outside DDP); use comm_hook none or ep=1")
+    if plan.zero_hpz_partition_size > 1:
+        return (f"plan {plan.strategy}: the bundled trainers run ZeRO-3 with ep > 1 on FSDP2, which has no hpZ; "
+                "use zero_hpz_partition_size=1 or ep=1")
+    if cuda and workload.training.precision == "fp16":
+        return f"plan {plan.strategy}: the bundled trainers do not run fp16 loss scaling with ep > 1 (use bf16)"
+    return None
+
+
 def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
     """Why the bundled trainers cannot run `plan` (None if they can). `cuda`: the ranks have GPUs."""
     fp16 = workload.training.precision == "fp16" and cuda  # CPU runs fp32 whatever is asked
     if plan.tp > 1 and plan.pp > 1:
         return "the bundled trainers do not combine tp > 1 with pp > 1; use TP x DP or PP x DP (with or without ZeRO)"
+    why = ep_reason(plan, workload, cuda=cuda)
+    if why:
+        return why
     if plan.pp > 1 and fp16:
         return "the bundled pipeline trainer does not support fp16 (use bf16)"
     if plan.zero_stage and plan.tp > 1 and fp16:

@@ -1,4 +1,9 @@
-"""One module per parallel strategy; `build_strategy` picks the one a plan asks for."""
+"""One module per parallel strategy; `build_strategy` picks the one a plan asks for.
+
+Plans with ep > 1 (expert parallelism beside data parallelism, all-to-all token dispatch as Megatron-Core's
+"alltoall" dispatcher and DeepSpeed-MoE) go to `expert.py` whatever their ZeRO stage: DDP, ZeRO-1 as a
+distributed optimizer, ZeRO-2/3 on FSDP2 with experts sharded over the expert-data-parallel group.
+"""
 from __future__ import annotations
 
 from ..parallel import Context
@@ -7,12 +12,19 @@ from .base import Strategy
 
 
 def build_strategy(ctx: Context) -> Strategy:
-    """DeepSpeed ZeRO for pure-DP ZeRO plans (FSDP2 for ZeRO-2/3 when GPUADVISOR_ZERO_IMPL=fsdp); FSDP2 x TP for ZeRO-2/3 with tp > 1; else pipeline (PP, PP x DP,
-    with ZeRO-1/3 per stage), tensor (TP, TP x DP, ZeRO-1 x TP), DDP, or single device."""
+    """Expert parallelism for ep > 1 (`expert.py`: DDP, ZeRO-1, ZeRO-2/3 over dp); DeepSpeed ZeRO for pure-DP ZeRO
+    plans (FSDP2 for ZeRO-2/3 when GPUADVISOR_ZERO_IMPL=fsdp); FSDP2 x TP for ZeRO-2/3 with tp > 1; else pipeline
+    (PP, PP x DP, with ZeRO-1/3 per stage), tensor (TP, TP x DP, ZeRO-1 x TP), DDP, or single device."""
     p = ctx.plan
     why = unsupported_reason(p, ctx.job.workload, cuda=ctx.is_cuda)
     if why:
         raise ValueError(why)
+    if p.ep > 1:  # torch-native: DDP / distributed optimizer / FSDP2 with all-to-all expert dispatch
+        if ctx.job.deepspeed_config is not None:
+            raise ValueError("a DeepSpeed config (--ds-config) applies to ep=1 ZeRO plans only; ZeRO with ep > 1 runs "
+                             "torch-native (ZeroRedundancyOptimizer, FSDP2): drop --ds-config")
+        from .expert import build
+        return build(ctx)
     if p.zero_stage and (p.tp > 1 or p.pp > 1) and ctx.job.deepspeed_config is not None:
         raise ValueError("a DeepSpeed config (--ds-config) applies to pure data-parallel ZeRO plans only; ZeRO with "
                          "tp/pp > 1 runs torch-native (FSDP2, ZeroRedundancyOptimizer): drop --ds-config")

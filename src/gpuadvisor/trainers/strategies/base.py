@@ -6,7 +6,9 @@ rank does not own a loss (pipeline stages other than the last, tensor-parallel r
 tp rank 0). The global loss of a step is the mean of the owned losses: every replica processes an
 equal share of the global batch, so that mean is the mean cross-entropy over the global batch.
 Gradients follow the same rule: micro-batch losses are scaled by 1/m and data-parallel
-gradients are averaged, so every strategy takes the same optimizer step.
+gradients are averaged, so every strategy takes the same optimizer step. `reduce_gradients` runs after the
+last micro-batch for reductions no wrapper does: expert parallelism's expert gradients (summed over the
+expert-data-parallel group and divided by dp, `experts.py`), a no-op for every other strategy.
 """
 from __future__ import annotations
 
@@ -130,6 +132,10 @@ class AccumulatingStrategy(Strategy):
     def sync_context(self, last: bool):
         return contextlib.nullcontext()
 
+    def reduce_gradients(self) -> None:
+        """Gradient reduction the wrappers do not do, after the last micro-batch (expert parallelism's expert
+        gradients); nothing by default."""
+
     def step(self, step: int) -> Optional[float]:
         x, y = self.replica_batch(step)
         m = self.plan.num_micro_batches
@@ -142,6 +148,7 @@ class AccumulatingStrategy(Strategy):
                 scaled = loss / m  # mean over the replica's batch
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach()
+        self.reduce_gradients()
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
