@@ -117,6 +117,10 @@ def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optiona
     fp16 = workload.training.precision == "fp16" and cuda  # CPU runs fp32 whatever is asked
     if plan.tp > 1 and plan.pp > 1:
         return "the bundled trainers do not combine tp > 1 with pp > 1; use TP x DP or PP x DP (with or without ZeRO)"
+    if plan.tp_comm_overlap:
+        return ("the bundled trainers do not overlap TP communication with GEMMs (tp_comm_overlap needs Megatron's "
+                "--tp-comm-overlap or torchtitan's async TP: megatron_args.txt / torchtitan.toml); use "
+                "tp_comm_overlap=false for a trial")
     why = ep_reason(plan, workload, cuda=cuda)
     if why:
         return why
