@@ -115,9 +115,13 @@ class Plan(Frozen):
         ep = f"-ep{self.ep}" if self.ep > 1 else ""
         if self.world_size == 1:
             return "single" if not self.zero_stage else f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
-        if self.zero_stage:
-            return f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "") + ep
+        zero = f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "") if self.zero_stage else ""
+        if zero and self.tp == 1 and self.pp == 1:
+            return zero + ep
         parts = [(n, d) for n, d in (("tp", self.tp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
+        if zero:  # ZeRO beside TP/PP (distributed optimizer, FSDP2 + TP): the hybrid with its ZeRO stage
+            parts = [(n, d) for n, d in parts if n != "dp"]
+            return "x".join(f"{n}{d}" for n, d in parts) + f"-{zero}" + ep
         if len(parts) == 1:
             return parts[0][0] + ep
         return "x".join(f"{n}{d}" for n, d in parts) + ep
