@@ -44,6 +44,10 @@ def test_64_nodes_of_8_rank_in_seconds():
     r = _suggest(["--model", "7B", "--preset", "dgx-a100-8x", "--what-if", "gpus=64x8", "--global-batch", "1536"])
     assert r.returncode == 0, r.stderr
     assert "64 node(s) x 8" in r.stdout
+    # the launch section: one command template for the 64 alike nodes, not one command per node
+    text = " ".join(r.stdout.split())
+    assert "Nodes 0-63 (dgx-0 ... dgx-63): the same command on each of the 64 nodes, with NODE_RANK = 0..63" in text
+    assert text.count("$ torchrun") == 1 and "--node-rank $NODE_RANK" in text
 
 
 def test_256_gpus_in_one_node_rank_in_seconds(tmp_path):
