@@ -205,13 +205,16 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
+    exceed: dict[tuple[int, bool], bool] = {}  # the bound does not depend on the micro-batch: once per ZeRO choice
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
             if zero and dp == 1 and not off:
                 continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU)
             scheds = list(_schedules(pp, m, wl.model.n_layers, sp))
-            if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off):
+            if (zero, off) not in exceed:
+                exceed[zero, off] = bool(sp.memory_limit_bytes) and _states_exceed(wl, sp, dp, tp, pp, zero, off)
+            if exceed[zero, off]:
                 # count every plan the bound removes (not one per micro-batch/ZeRO choice)
                 cut = len(scheds) * len(recomputes) * len(sps) * len(orders) * len(knobs[zero])
                 sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
