@@ -210,6 +210,8 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
     eps = expert_parallel_degrees(wl, dp, tp)
+    # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
+    exceed: dict[tuple[int, bool, int], bool] = {}
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
@@ -219,9 +221,13 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
             for ep in eps:
                 if ep > 1 and off:
                     continue  # offload runs without expert parallelism (Plan)
-                if sp.memory_limit_bytes and _states_exceed(wl, sp, dp, tp, pp, zero, off, ep):
+                key = (zero, off, ep)
+                if key not in exceed:
+                    exceed[key] = bool(sp.memory_limit_bytes) and _states_exceed(wl, sp, dp, tp, pp, zero, off, ep)
+                if exceed[key]:
                     # count every plan the bound removes (not one per micro-batch/ZeRO choice)
-                    cut = len(scheds) * len(recomputes) * len(sps) * len(orders) * len(knobs[zero])
+                    cut = (len(scheds) * len(recomputes) * len(sps) * (len(orders) if ep == 1 else 1)
+                           * len([k for k in knobs[zero] if ep == 1 or k[3] == 1]))
                     sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
                     continue
                 for sched, v in scheds:

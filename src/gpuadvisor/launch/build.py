@@ -15,7 +15,7 @@ from ..schemas.plan import Plan, check_plan_for
 from ..schemas.workload import Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason
 from .environment import common_env, node_env, numa_binding, rdma_fabric
-from .placement import choose_nodes, placement_notes
+from .placement import NODE_LINES_MAX, choose_nodes, placement_notes
 
 TRAINER_MODULE = "gpuadvisor.trainers"
 JOB_FILE = "job.json"
@@ -233,7 +233,10 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     if ds is not None:
         hosts = [(n.name, len(u)) for n, u in placed]  # ssh names, as in the emitted hostfile
         cmd = deepspeed_command(hosts, addr, port, trainer_args, hostfile=HOSTFILE)
-        where = f" with a hostfile ({hostfile_text(hosts).strip().replace(chr(10), '; ')})" if multi else ""
+        shown = hostfile_text(hosts if len(hosts) <= NODE_LINES_MAX else [hosts[0], hosts[-1]]).strip().split("\n")
+        if len(hosts) > NODE_LINES_MAX:  # one line per node: the first and the last
+            shown.insert(1, f"... {len(hosts) - 2} more")
+        where = f" with a hostfile ({'; '.join(shown)})" if multi else ""
         ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
         notes.append(f"deepspeed launcher equivalent{where}{ssh}: {shlex.join(cmd)}")
     hybrid = hybrid_reason(plan)

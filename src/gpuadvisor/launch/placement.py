@@ -5,6 +5,11 @@ from ..errors import UserError
 from ..schemas.hardware import Cluster, Device, Node
 from ..schemas.plan import Plan
 
+#: Up to this many nodes the launch output shows each node (its command, its placement note); beyond, alike nodes
+#: share one command template with $NODE_RANK (launch/render.py) and the placement notes give the first two
+#: nodes, the rule for the middle ones and the last node, so output grows with distinct nodes, not the count.
+NODE_LINES_MAX = 8
+
 
 def choose_nodes(plan: Plan, cluster: Cluster) -> list[tuple[Node, list[Device]]]:
     """The first `plan.nodes` nodes with enough devices, each with its first `devices_per_node` devices."""
@@ -33,22 +38,51 @@ def _span(xs: list[int]) -> str:
     return ",".join(map(str, xs))
 
 
-def placement_notes(plan: Plan, names: list[str]) -> list[str]:
-    """One note per node (its ranks and their TP/DP/PP coordinates) plus warnings about groups spanning nodes."""
+def _node_note(plan: Plan, i: int, name: str) -> str:
+    """Node i's global ranks and their TP/DP/PP coordinates."""
     g = plan.devices_per_node
-    notes = []
-    for i, name in enumerate(names):
-        ranks = list(range(i * g, (i + 1) * g))
-        cs = [coords(plan, r) for r in ranks]
-        parts = []
-        if plan.pp > 1:
-            parts.append(f"pp stage {_span([c[2] for c in cs])}")
-        if plan.dp > 1:
-            parts.append(f"dp replica {_span([c[1] for c in cs])}")
-        if plan.tp > 1:
-            parts.append(f"tp shard {_span([c[0] for c in cs])}")
-        detail = f": {', '.join(parts)}" if parts else ""
-        notes.append(f"placement: node {i} ({name}) runs global ranks {_span(ranks)}{detail}")
+    ranks = list(range(i * g, (i + 1) * g))
+    cs = [coords(plan, r) for r in ranks]
+    parts = []
+    if plan.pp > 1:
+        parts.append(f"pp stage {_span([c[2] for c in cs])}")
+    if plan.dp > 1:
+        parts.append(f"dp replica {_span([c[1] for c in cs])}")
+    if plan.tp > 1:
+        parts.append(f"tp shard {_span([c[0] for c in cs])}")
+    detail = f": {', '.join(parts)}" if parts else ""
+    return f"placement: node {i} ({name}) runs global ranks {_span(ranks)}{detail}"
+
+
+def _rule_note(plan: Plan, names: list[str]) -> str:
+    """Nodes 2..n-2 of many, as a rule: node i's ranks and rank r's coordinates (`coords`)."""
+    g, n = plan.devices_per_node, len(names)
+    ranks = f"rank {g}i" if g == 1 else f"ranks {g}i to {g}i+{g - 1}"
+    tp, dp, pp = plan.tp, plan.dp, plan.pp
+    rest = "r" if tp == 1 else f"r div {tp}"
+    fast, slow = (("dp replica", dp), ("pp stage", pp)) if plan.mesh_order == "tp-dp-pp" else \
+        (("pp stage", pp), ("dp replica", dp))
+    parts = [f"tp shard r mod {tp}"] if tp > 1 else []
+    if fast[1] > 1:
+        mod = f"({rest}) mod" if tp > 1 else "r mod"
+        parts.append(f"{fast[0]} {mod} {fast[1]}" if slow[1] > 1 else f"{fast[0]} {rest}")
+    if slow[1] > 1:
+        parts.append(f"{slow[0]} r div {tp * fast[1]}" if tp * fast[1] > 1 else f"{slow[0]} r")
+    where = f"; rank r holds {', '.join(parts)} (mesh order {plan.mesh_order})" if parts else ""
+    return (f"placement: nodes 2-{n - 2} ({names[2]} ... {names[n - 2]}) likewise: node i runs global {ranks}"
+            f"{where}")
+
+
+def placement_notes(plan: Plan, names: list[str]) -> list[str]:
+    """One note per node (its ranks and their TP/DP/PP coordinates), past NODE_LINES_MAX nodes the first two, a
+    rule for the middle ones and the last; plus warnings about groups spanning nodes."""
+    g = plan.devices_per_node
+    n = len(names)
+    if n <= NODE_LINES_MAX:
+        notes = [_node_note(plan, i, name) for i, name in enumerate(names)]
+    else:
+        notes = [_node_note(plan, 0, names[0]), _node_note(plan, 1, names[1]), _rule_note(plan, names),
+                 _node_note(plan, n - 1, names[-1])]
     if plan.tp > 1:
         if g % plan.tp == 0:
             notes.append(f"placement: each TP group of {plan.tp} consecutive ranks lies inside one node "

@@ -11,7 +11,7 @@ from ..costmodel.combine import apply_correction, make_context, to_estimate
 from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
 from ..candidates import SearchSpace, enumerate_rows
-from ..costmodel.engine import MEMORY_TIGHT, evaluate_batch
+from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, unique_rows
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, Ranking, Workload
 
@@ -36,14 +36,14 @@ def _simpler_margin() -> float:
     return float(load_calibration().get("ranking", {}).get("simpler_margin_per_step", 0.0))
 
 
-def _scores(rows: list, b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, np.ndarray]:
+def _scores(b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, np.ndarray]:
     """(primary, secondary) sort keys of the feasible rows `ok`, lower first.
 
     Plans above MEMORY_TIGHT of device memory sort after every plan below it; then by the objective, where the
     throughput (and time) objective handicaps each step of `complexity` by the simpler-plan margin, so a simpler
     plan within the model's uncertainty ranks first.
     """
-    a = np.asarray([rows[i][:18] for i in ok], dtype=float).reshape(len(ok), 18)
+    a = b.a[ok, :18]
     tps = b.tps[ok]
     tight = b.tight[ok].astype(float)
     if objective == "memory":
@@ -54,28 +54,42 @@ def _scores(rows: list, b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, 
     return tight, -tps * (1.0 - _simpler_margin()) ** c
 
 
-def _best_per_shape(rows: list, b, ok: np.ndarray, objective: str) -> tuple[dict, dict]:
-    """({shape id: row index of its best plan} in order of first appearance, {row index: sort key}).
+def _best_per_shape(b, ok: np.ndarray, objective: str) -> tuple[list[int], dict]:
+    """([row index of each shape's best plan], {row index: sort key} of those rows).
 
-    Within a shape the first of equal keys in enumeration order wins.
+    Within a shape the first of equal keys in enumeration order wins. The key ends with the position in
+    enumeration order, so sorting the winners by it gives one order whatever order they come in. Vectorised:
+    276k feasible rows on 16,384 x 8 GPUs (Python loops over them took ~0.5 s).
     """
     if not len(ok):
-        return {}, {}
-    k1, k2 = _scores(rows, b, ok, objective)
-    shapes = np.asarray([[rows[i][c] for c in (0, 1, 2, 3, 4, 16, 17)] for i in ok], dtype=float)
-    _, sid = np.unique(shapes, axis=0, return_inverse=True)
-    sid = sid.reshape(-1)
+        return [], {}
+    k1, k2 = _scores(b, ok, objective)
+    _, sid = unique_rows(b.a[ok][:, [0, 1, 2, 3, 4, 16, 17]])
     order = np.lexsort((np.arange(len(ok)), k2, k1, sid))  # by shape, then key, then enumeration order
     first = np.ones(len(order), dtype=bool)
     first[1:] = sid[order][1:] != sid[order][:-1]
-    winners = ok[order[first]]
-    appear: dict = {}
-    for j, s_ in enumerate(sid):
-        if s_ not in appear:
-            appear[s_] = j
-    win_by_sid = dict(zip(sid[order[first]].tolist(), winners.tolist()))
-    keys = {int(ok[j]): (float(k1[j]), float(k2[j]), j) for j in range(len(ok))}
-    return {s_: win_by_sid[s_] for s_ in sorted(appear, key=appear.get)}, keys
+    best = order[first]  # position in ok of each shape's winner
+    keys = {int(ok[j]): (float(k1[j]), float(k2[j]), int(j)) for j in best.tolist()}
+    return [int(ok[j]) for j in best.tolist()], keys
+
+
+def _count_reasons(b, bad: np.ndarray) -> dict[str, int]:
+    """{reason: infeasible rows} in order of each reason's first row (as counting row by row gives), without a
+    Python call per row: forbid-rule reasons from the few rows a rule forbade, the rest by reason code."""
+    forbid = {int(i): f for i, f in enumerate(b.forbid) if f}
+    code = b.reason[bad].copy()
+    if forbid:
+        code[np.isin(bad, np.fromiter(forbid, dtype=np.int64, count=len(forbid)))] = 0
+    first: dict[str, tuple[int, int]] = {}  # reason -> (first row, count)
+    for c in np.unique(code[code > 0]).tolist():
+        rows = bad[code == c]
+        first[REASONS[c]] = (int(rows[0]), len(rows))
+    for i in sorted(forbid):
+        if not b.feasible[i]:
+            r = forbid[i]
+            row, n = first.get(r, (i, 0))
+            first[r] = (row, n + 1)
+    return {r: n for r, (_, n) in sorted(first.items(), key=lambda kv: kv[1][0])}
 
 
 def _key(objective: str, e, price: Optional[float], margin: float = 0.0) -> tuple:
@@ -116,16 +130,12 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
                           space=space)
     b = evaluate_batch(rows, ctx, rules)
     n_timed = len(rows)
-    reasons: dict[str, int] = {}
     bad = np.flatnonzero(~b.feasible)
-    for i in bad:
-        r = b.reason_of(int(i))
-        if r:
-            reasons[r] = reasons.get(r, 0) + 1
+    reasons = _count_reasons(b, bad)
     smallest = b.eval(int(bad[np.argmin(b.mem_total[bad])])) if len(bad) else None
     ok = np.flatnonzero(b.feasible)
     n_ok = len(ok)
-    best, keys = _best_per_shape(rows, b, ok, objective)
+    best, keys = _best_per_shape(b, ok, objective)
     pruned = sum(space.pruned.values())
     for k, v in space.pruned.items():  # plans cut by the enumerator's model-state bound
         reasons[k] = reasons.get(k, 0) + v
@@ -133,7 +143,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     corr = correction or NoCorrection()
     pool_n = top * 3 if not isinstance(corr, NoCorrection) else top
     # order the shape winners (stable: ties keep enumeration order); Evals only for the pool shown
-    winners = sorted(best.values(), key=lambda i: keys[i])[:pool_n]
+    winners = sorted(best, key=lambda i: keys[i])[:pool_n]
     pool = [b.eval(i) for i in winners]
     ests = [(apply_correction(to_estimate(e, ctx, price_per_gpu_hour), e, ctx, corr, price_per_gpu_hour), e)
             for e in pool]
