@@ -204,6 +204,11 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         notes.append(f"what-if: {spec}")
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
                    token_budget=token_budget, allow_batch_change=allow_batch_change)
+    if global_batch is None and not isinstance(model, Workload):
+        t = wl.training
+        tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
+        notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}', not your "
+                     "run's: the best plan depends on it; pass --global-batch N (API: global_batch=N)")
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
