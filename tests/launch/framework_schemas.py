@@ -48,6 +48,16 @@ MEGATRON_FLAGS: dict[str, tuple] = {
     "--use-precision-aware-optimizer": (None, None), "--lr": (float, None),
     "--no-gradient-accumulation-fusion": (None, None), "--torch-fsdp2-no-reshard-after-forward": (None, None),
     "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+    # model shape (_add_network_size_args, _add_regularization_args) and MoE (_add_moe_args)
+    "--normalization": (str, ("LayerNorm", "RMSNorm")),
+    "--position-embedding-type": (str, ("learned_absolute", "rope", "mrope", "relative", "none")),
+    "--disable-bias-linear": (None, None), "--add-qkv-bias": (None, None), "--kv-channels": (int, None),
+    "--qk-layernorm": (None, None), "--attention-dropout": (float, None), "--hidden-dropout": (float, None),
+    "--num-experts": (int, None), "--moe-router-topk": (int, None), "--moe-ffn-hidden-size": (int, None),
+    "--moe-shared-expert-intermediate-size": (int, None), "--moe-grouped-gemm": (None, None),
+    "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
+    "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
+    "--tp-comm-overlap": (None, None),
 }
 
 

@@ -239,3 +239,25 @@ def test_slurm_script_and_torchrun_args(tmp_path, name):
     for line in (out / "launch.sh").read_text().splitlines():
         if line.strip().startswith("exec torchrun"):
             get_args_parser().parse_args(shlex.split(line)[2:])
+
+
+@pytest.mark.parametrize("model,plan_text,want", [
+    ("llama-3.1-8b", "dp=4,tp=2,mb=1,m=2,sequence_parallel=true,tp_comm_overlap=true",
+     {"normalization": "RMSNorm", "position_embedding_type": "rope", "disable_bias_linear": True,
+      "tp_comm_overlap": True, "num_query_groups": 8}),
+    ("qwen3-30b-a3b", "dp=8,zero=1,ep=8,mb=1,m=2",
+     {"num_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 768, "expert_model_parallel_size": 8,
+      "expert_tensor_parallel_size": 1, "kv_channels": 128, "qk_layernorm": True}),
+    ("gpt2", "dp=8,mb=1,m=2", {"normalization": None, "position_embedding_type": None, "num_experts": None}),
+])
+def test_megatron_args_carry_the_model_family_and_experts(tmp_path, model, plan_text, want):
+    """Llama-family and MoE shapes reach Megatron as its own flags (a Llama written as GPT-2 flags would train
+    LayerNorm, learned positions and biases); every flag parses with Megatron's argument types."""
+    from gpuadvisor.launch.megatron import megatron_args
+    from gpuadvisor.workload.specs import make_workload
+
+    plan = parse_plan(plan_text)
+    wl = make_workload(model, global_batch=plan.global_batch(), seq_len=1024)
+    args = megatron_parser().parse_args(megatron_args(plan, wl, steps=5))
+    for k, v in want.items():
+        assert getattr(args, k) == v, k

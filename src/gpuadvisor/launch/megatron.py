@@ -22,6 +22,9 @@ Mapping (ZeRO with or without TP/PP):
   torch_dist or torch_dcp (torch_dist written; torch_dcp is untested with TP). Plans it refuses get no file
   (`unsupported`): ZeRO-3 with pp > 1 runs as torchtitan's FSDP per pipeline stage instead.
 - offload -> --optimizer-cpu-offload with --use-precision-aware-optimizer (pure data parallelism only).
+- Llama-family shapes (_add_network_size_args, _add_regularization_args): --normalization RMSNorm,
+  --position-embedding-type rope (no learned position table), --disable-bias-linear (--add-qkv-bias for Qwen2),
+  --kv-channels when head_dim * heads != hidden, --qk-layernorm, dropout 0.0 where the family has none.
 - MoE models (Megatron-Core MoE, megatron/core/transformer/moe/README.md; arguments.py _add_moe_args):
   --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size, grouped
   GEMMs and the all-to-all token dispatcher; Plan.ep -> --expert-model-parallel-size with
@@ -38,6 +41,7 @@ from typing import Optional
 
 from ..schemas.plan import Plan
 from ..schemas.workload import Workload
+from ..workload.shapes import layer_shape
 
 FILE = "megatron_args.txt"
 
@@ -69,8 +73,23 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
          "--num-attention-heads", str(m.n_heads), "--train-iters", str(steps)]
     if m.n_kv_heads and m.n_kv_heads != m.n_heads:
         a += ["--group-query-attention", "--num-query-groups", str(m.n_kv_heads)]
+    shape = layer_shape(m)
     if m.mlp == "swiglu":
         a.append("--swiglu")
+    if shape.rmsnorm:
+        a += ["--normalization", "RMSNorm"]
+    if not m.max_seq_len:  # no learned position table: rotary (Llama family)
+        a += ["--position-embedding-type", "rope"]
+    if not shape.bias:
+        a.append("--disable-bias-linear")
+        if shape.qkv_bias:
+            a.append("--add-qkv-bias")
+    if m.head_dim and m.head_dim * m.n_heads != m.d_model:
+        a += ["--kv-channels", str(m.head_dim)]
+    if shape.qk_norm:
+        a.append("--qk-layernorm")
+    if not shape.dropout:
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     if m.n_experts:
         a += ["--num-experts", str(m.n_experts), "--moe-router-topk", str(m.experts_per_token),
               "--moe-ffn-hidden-size", str(m.expert_d_ff or m.d_ff), "--moe-grouped-gemm",
@@ -107,6 +126,9 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
     lines = [f"# {marker}: Megatron-LM arguments for plan {plan.to_string()} ({workload.model.name})",
              "# use: torchrun <launch.sh's torchrun flags> pretrain_gpt.py $(grep -v '^#' megatron_args.txt) "
              "<your data/tokenizer/optimizer args>"]
+    if workload.model.mlp == "geglu":
+        lines.append("# GeGLU (Gemma): Megatron-LM has --swiglu but no GeGLU flag; set the activation in your model "
+                     "provider (gated_linear_unit with gelu)")
     if plan.zero_stage == 2:
         lines.append("# ZeRO-2 -> distributed optimizer: Megatron keeps a full-size gradient buffer (ZeRO-1 memory)")
     if plan.zero_stage == 3 and plan.tp > 1:
