@@ -15,7 +15,9 @@ import numpy as np
 
 from ..schemas import Plan
 from .analytical import Context
-from .analytical.comm import Group
+from .analytical.comm import Group, allreduce_s
+from .analytical.comm import reduce_scatter_s as _rs
+from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.compute import gemm_size
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
@@ -62,20 +64,6 @@ class Eval:
         self.memory_fraction = 0.0
 
 
-def _ring(size, n, bw, lat):
-    """Ring all-reduce 2(n−1)/n·S/B + 2(n−1)·α (Thakur et al. 2005), 0 where n <= 1 or S <= 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = 2.0 * (n - 1) / n * size / (bw * _GB) + 2.0 * (n - 1) * lat * 1e-6
-    return np.where((n <= 1) | (size <= 0), 0.0, t)
-
-
-def _rs(size, n, bw, lat):
-    """Ring reduce-scatter / all-gather of a full buffer S: (n−1)/n·S/B + (n−1)·α, 0 where n <= 1 or S <= 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = (n - 1) / n * size / (bw * _GB) + (n - 1) * lat * 1e-6
-    return np.where((n <= 1) | (size <= 0), 0.0, t)
-
-
 def _overlapped(comm, last, window, contention):
     """Exposed time of communication beside `window` of compute (PyTorch DDP, Li et al. 2020 §3.2.3).
 
@@ -106,22 +94,9 @@ class _G:
         self.keys = keys
 
     def allreduce(self, size, hier_min: int):
-        """All-reduce on the placed group: min of the flat ring and the hierarchical (2D) algorithm.
-
-        Hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/g by each local rank in parallel (the
-        g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split (Jeaugey, "Massively
-        scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
-        """
-        flat = _ring(size, self.n, self.bw, self.lat)
-        use = (self.nodes >= hier_min) & (self.per_node > 1) & (self.intra_bw != np.inf) & (self.n > 1)
-        if not use.any():
-            return flat
-        k, m = self.nodes, self.per_node
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inter_bw = np.where(self.flows > 0, self.net_bw_per_flow / m, self.bw)
-            hier = (_rs(size, m, self.intra_bw, self.intra_lat) + _ring(size / m, k, inter_bw, self.lat)
-                    + _rs(size, m, self.intra_bw, self.intra_lat))
-        return np.where(use, np.minimum(flat, hier), flat)
+        """All-reduce on the placed group: min of the flat ring and the hierarchical one (comm.allreduce_s)."""
+        return allreduce_s(size, self.n, self.nodes, self.per_node, self.bw, self.lat, self.intra_bw,
+                           self.intra_lat, self.flows, self.net_bw_per_flow, hier_min)
 
     def rs(self, size):
         return _rs(size, self.n, self.bw, self.lat)

@@ -23,18 +23,26 @@ from ...schemas.hardware import Nic, Node
 GB = 1e9
 
 
-def ring_allreduce_s(size_bytes: float, n: int, bw_gb_per_s: float, latency_us: float) -> float:
-    """Ring all-reduce: 2(n−1)/n · S/B + 2(n−1)·α (Thakur et al. 2005 §4.2; nccl-tests busbw)."""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return 2.0 * (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + 2.0 * (n - 1) * latency_us * 1e-6
+def _out(t, n, size):
+    """0 where the group is one rank or the buffer is empty; a float for scalar inputs, else an array."""
+    t = np.where((np.asarray(n) <= 1) | (np.asarray(size) <= 0), 0.0, t)
+    return float(t) if np.ndim(t) == 0 else t
 
 
-def reduce_scatter_s(size_bytes: float, n: int, bw_gb_per_s: float, latency_us: float) -> float:
-    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + (n−1)·α."""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + (n - 1) * latency_us * 1e-6
+def ring_allreduce_s(size_bytes, n, bw_gb_per_s, latency_us):
+    """Ring all-reduce: 2(n−1)/n · S/B + 2(n−1)·α (Thakur et al. 2005 §4.2; nccl-tests busbw).
+
+    Scalars or NumPy arrays (the engine prices every candidate at once with the same function)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = 2.0 * (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + 2.0 * (n - 1) * latency_us * 1e-6
+    return _out(t, n, size_bytes)
+
+
+def reduce_scatter_s(size_bytes, n, bw_gb_per_s, latency_us):
+    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + (n−1)·α (scalars or arrays)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + (n - 1) * latency_us * 1e-6
+    return _out(t, n, size_bytes)
 
 
 all_gather_s = reduce_scatter_s
@@ -435,17 +443,24 @@ def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> f
     parallel (the g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split
     (Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
     """
-    if g.n <= 1:
-        return 0.0
-    flat = ring_allreduce_s(size_bytes, g.n, g.bw_gb_per_s, g.latency_us)
-    if g.nodes >= hier_min_nodes and g.per_node > 1 and g.intra_bw != float("inf"):
-        k, m = g.nodes, g.per_node
-        inter_bw = g.net_bw_per_flow / m if g.flows_per_nic else g.bw_gb_per_s
-        hier = (reduce_scatter_s(size_bytes, m, g.intra_bw, g.intra_lat)
-                + ring_allreduce_s(size_bytes / m, k, inter_bw, g.latency_us)
-                + all_gather_s(size_bytes, m, g.intra_bw, g.intra_lat))
-        return min(flat, hier)
-    return flat
+    return float(allreduce_s(size_bytes, g.n, g.nodes, g.per_node, g.bw_gb_per_s, g.latency_us, g.intra_bw,
+                             g.intra_lat, g.flows_per_nic, g.net_bw_per_flow, hier_min_nodes))
+
+
+def allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_bw, intra_lat, flows, net_bw_per_flow,
+                hier_min_nodes: int):
+    """`group_allreduce_s` over arrays of group attributes (one entry per candidate plan), the engine's path."""
+    flat = ring_allreduce_s(size_bytes, n, bw, lat)
+    use = (np.asarray(nodes) >= hier_min_nodes) & (np.asarray(per_node) > 1) & (np.asarray(intra_bw) != np.inf) \
+        & (np.asarray(n) > 1)
+    if not np.any(use):
+        return flat
+    k, m = nodes, per_node
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inter_bw = np.where(np.asarray(flows) > 0, net_bw_per_flow / m, bw)
+        hier = (reduce_scatter_s(size_bytes, m, intra_bw, intra_lat) + ring_allreduce_s(size_bytes / m, k, inter_bw, lat)
+                + all_gather_s(size_bytes, m, intra_bw, intra_lat))
+    return np.where(use, np.minimum(flat, hier), flat)
 
 
 def overlapped_exposed_s(comm_s: float, last_bucket_s: float, window_s: float, contention: float) -> float:
