@@ -50,5 +50,20 @@ def launch(tmp: Path, jobs: dict[str, TrainerJob], nproc: int, timeout: int = 40
     return subprocess.run(cmd, env=env(**extra_env), capture_output=True, text=True, timeout=timeout)
 
 
+def run_groups(tmp_path_factory, groups) -> dict:
+    """name -> RunMetrics for every job of `groups` ((nproc, {name: job}) ...), one launch per group; a failed
+    launch fails the test with the tail of its output."""
+    from gpuadvisor.schemas import RunMetrics
+
+    out: dict = {}
+    for nproc, jobs in groups:
+        tmp = tmp_path_factory.mktemp(f"ranks{nproc}")
+        proc = launch(tmp, jobs, nproc)
+        assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+        for name in jobs:
+            out[name] = RunMetrics.model_validate_json((tmp / name / "metrics.json").read_text())
+    return out
+
+
 def errors(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("error-rank*.json"))]

@@ -11,10 +11,9 @@ import math
 
 import pytest
 
-from gpuadvisor.schemas import RunMetrics
 from gpuadvisor.trainers.aggregate import global_losses
 
-from ._launch import TINY, job, launch
+from ._launch import TINY, job, run_groups
 
 pytestmark = pytest.mark.slow
 RTOL = 1e-4
@@ -62,14 +61,8 @@ def runs(tmp_path_factory):
     from gpuadvisor.trainers.strategies.zero import ensure_deepspeed_ops
 
     ensure_deepspeed_ops()  # build DeepSpeed's JIT op once, before ranks race to build it
-    out: dict[str, RunMetrics] = {}
-    for nproc, jobs in ((1, {"single": job(), "single_tied": job(TIED)}), (2, TWO_RANK), (4, FOUR_RANK)):
-        tmp = tmp_path_factory.mktemp(f"ranks{nproc}")
-        proc = launch(tmp, jobs, nproc)
-        assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
-        for name in jobs:
-            out[name] = RunMetrics.model_validate_json((tmp / name / "metrics.json").read_text())
-    return out
+    return run_groups(tmp_path_factory,
+                      ((1, {"single": job(), "single_tied": job(TIED)}), (2, TWO_RANK), (4, FOUR_RANK)))
 
 
 def test_baseline_learns_something(runs):

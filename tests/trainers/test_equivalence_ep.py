@@ -24,12 +24,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuadvisor.schemas import Plan, RunMetrics, TrainerJob, TrainingSettings, Workload
+from gpuadvisor.schemas import Plan, TrainerJob, TrainingSettings, Workload
 from gpuadvisor.schemas.workload import ModelSpec
 from gpuadvisor.trainers.aggregate import global_losses
 from gpuadvisor.trainers.report import summary_lines
 
-from ._launch import env, job, launch
+from ._launch import env, job, run_groups
 
 pytestmark = pytest.mark.slow
 LOSS_ATOL = 1e-6
@@ -83,14 +83,7 @@ def baseline(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    out: dict[str, RunMetrics] = {}
-    for nproc, jobs in ((1, SINGLE), (2, TWO_RANK)):
-        tmp = tmp_path_factory.mktemp(f"ranks{nproc}")
-        proc = launch(tmp, jobs, nproc)
-        assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
-        for name in jobs:
-            out[name] = RunMetrics.model_validate_json((tmp / name / "metrics.json").read_text())
-    return out
+    return run_groups(tmp_path_factory, ((1, SINGLE), (2, TWO_RANK)))
 
 
 def max_abs_diff(got: list[float], base: list[float]) -> float:

@@ -118,24 +118,23 @@ def node_groups(launch: LaunchConfig) -> list[NodeGroup]:
 def _node_lines(nl: NodeLaunch, single: bool) -> list[str]:
     """One node's lines, as every node was shown before node groups."""
     how = "bash launch.sh" if single else f"NODE_RANK={nl.node_rank} bash launch.sh"
-    out = [f"Node {nl.node_rank} ({nl.node}): {how}"]
-    out += [f"  {v.name}={v.value}    # {v.reason}" for v in nl.env]
-    if nl.numa_binding:
-        out.append(f"  NUMA: {nl.numa_binding}")
-    out.append(f"  $ {shlex.join(nl.argv)}")
+    return [f"Node {nl.node_rank} ({nl.node}): {how}", *_body(nl.env, nl.numa_binding, shlex.join(nl.argv))]
+
+
+def _body(env, numa: Optional[str], command: str) -> list[str]:
+    """A node's or node group's env lines, NUMA binding and command."""
+    out = [f"  {v.name}={v.value}    # {v.reason}" for v in env]
+    if numa:
+        out.append(f"  NUMA: {numa}")
+    out.append(f"  $ {command}")
     return out
 
 
 def _group_lines(g: NodeGroup) -> list[str]:
     """A group of alike nodes: one template with $NODE_RANK."""
     a, b, n = g.first.node_rank, g.last.node_rank, len(g.nodes)
-    out = [f"Nodes {a}-{b} ({g.names()}): the same command on each of the {n} nodes, with {RANK_VAR} = {a}..{b} "
-           f"({RANK_VAR}=<i> bash launch.sh on node i)"]
-    out += [f"  {v.name}={v.value}    # {v.reason}" for v in g.env]
-    if g.numa_binding:
-        out.append(f"  NUMA: {g.numa_binding}")
-    out.append(f"  $ {shell_join(g.argv)}")
-    return out
+    return [f"Nodes {a}-{b} ({g.names()}): the same command on each of the {n} nodes, with {RANK_VAR} = {a}..{b} "
+            f"({RANK_VAR}=<i> bash launch.sh on node i)", *_body(g.env, g.numa_binding, shell_join(g.argv))]
 
 
 def node_lines(launch: LaunchConfig) -> list[str]:
