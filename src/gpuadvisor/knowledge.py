@@ -26,6 +26,9 @@ class GpuSpec(Frozen):
     kind: Literal["gpu", "cpu"] = "gpu"
     names: list[str] = Field(description="Names to match: NVML/nvidia-smi names first, then short forms")
     memory_gib: float = Field(description="Nominal device memory, GiB (0 for cpu: a share of host RAM)")
+    ecc_reserved_fraction: float = Field(
+        0.0, ge=0.0, lt=0.5, description="Share of the nominal memory that ECC takes when it is on by default "
+        "(GDDR datacenter cards: 1/16, CUDA C++ Best Practices Guide; HBM keeps ECC out of band: 0)")
     tflops_bf16: float = Field(description="Dense bf16/fp16 tensor peak with fp32 accumulate, TFLOP/s")
     tflops_fp32: float = Field(description="Dense fp32 non-tensor peak, TFLOP/s")
     memory_bandwidth_gb_per_s: float
@@ -42,6 +45,11 @@ class GpuSpec(Frozen):
     def nvlink_per_link_one_way_gb_per_s(self) -> float:
         """One-direction rate of a single NVLink of this GPU (0 without NVLink)."""
         return self.nvlink_gb_per_s / 2 / self.nvlink_links if self.nvlink_links else 0.0
+
+    @property
+    def usable_memory_gib(self) -> float:
+        """What the driver reports and a process can allocate: nominal memory less the ECC reservation."""
+        return self.memory_gib * (1.0 - self.ecc_reserved_fraction)
 
     @property
     def display_name(self) -> str:

@@ -45,7 +45,7 @@ def device_from_spec(
     **extra,
 ) -> Device:
     """A Device with the catalog's rates for `spec`; memory from the catalog unless given."""
-    mem = memory_bytes if memory_bytes is not None else int(spec.memory_gib * GIB)
+    mem = memory_bytes if memory_bytes is not None else int(spec.usable_memory_gib * GIB)
     return Device(
         index=index,
         kind=spec.kind,
