@@ -67,6 +67,25 @@ def test_one_rank_crashes(tmp_path, workload, mark):
     _no_leftovers(out, mark)
 
 
+def test_a_rank_dying_in_teardown_after_valid_metrics_keeps_the_measurement(tmp_path, workload, mark):
+    """Every rank ran and rank 0 wrote metrics.json; then a rank aborted at exit ("terminate called without an
+    active exception", seen once from a gloo rank of the bundled trainer): the plan measured, it is no crash."""
+    rec, out = _run(tmp_path, workload, mark, "teardown")
+    assert rec.status == "ok", rec.error
+    assert rec.measured_tokens_per_s and rec.measured_tokens_per_s > 0
+    assert "in teardown: terminate called without an active exception" in rec.error
+    _no_leftovers(out, mark)
+    # without valid metrics the same exit is a crash, and its message is the telling line, not torchrun's rules
+    (out / "metrics.json").unlink()
+    o = classify(out, rec_job(workload), 1, "exited", "terminate called without an active exception\n"
+                 "=======================================================\n")
+    assert o.status == "crash" and o.error.endswith("terminate called without an active exception")
+
+
+def rec_job(workload):
+    return job_for(workload, dp=2, mb=2)
+
+
 def test_nan_metrics_are_invalid(tmp_path, workload, mark):
     rec, _ = _run(tmp_path, workload, mark, "nan", launcher="local")
     assert rec.status == "invalid_metrics" and "non-finite" in rec.error

@@ -89,6 +89,19 @@ def validate_metrics(path: Path, job: TrainerJob) -> tuple[Optional[RunMetrics],
     return m, None
 
 
+_SIGNALS = re.compile(r"terminate called|Error|error:|exception|Signal \d+|SIG[A-Z]+|Killed|Aborted")
+
+
+def _telling_line(stderr_tail: str) -> str:
+    """The stderr line that says what went wrong: the last one naming an error or signal, else the last line
+    that is not decoration (torchrun frames its report with ===== and ----- rules)."""
+    lines = [ln for ln in stderr_tail.splitlines() if ln.strip() and not set(ln.strip()) <= set("=-*")]
+    for ln in lines:  # the first error line is the cause; torchrun's later lines repeat it as ChildFailedError
+        if _SIGNALS.search(ln) and "ChildFailedError" not in ln and not ln.lstrip().startswith(("File ", "raise ")):
+            return ln.strip()
+    return lines[-1].strip() if lines else ""
+
+
 def classify(out_dir: Path, job: TrainerJob, exit_code: Optional[int], stop_reason: str,
              stderr_tail: str) -> Outcome:
     """Classify a finished trial from its exit code, guard stop reason, error files, stderr and metrics."""
@@ -118,7 +131,15 @@ def classify(out_dir: Path, job: TrainerJob, exit_code: Optional[int], stop_reas
             return Outcome("crash", _one_line(f"rank {data.get('rank', '?')} failed "
                                               f"({data.get('cause', 'exception')}): {data.get('message', '')}"),
                            str(path))
-        last = next((ln for ln in reversed(stderr_tail.splitlines()) if ln.strip()), "")
+        last = _telling_line(stderr_tail)
+        if stop_reason == "exited":
+            # every rank reported and rank 0 wrote metrics.json after the last step; a rank then died in
+            # teardown (e.g. "terminate called without an active exception" from a c10d/gloo thread at exit):
+            # the measurement stands, and the note says what happened after it
+            metrics, _ = validate_metrics(out_dir / "metrics.json", job)
+            if metrics is not None and len({r.rank for r in metrics.ranks}) == job.plan.world_size:
+                return Outcome("ok", _one_line(f"measured; then the trainer exited with code {exit_code} in "
+                                               f"teardown: {last}"), metrics=metrics)
         why = f"stopped ({stop_reason})" if stop_reason != "exited" else f"exit code {exit_code}"
         return Outcome("crash", _one_line(f"trainer {why}: {last}"))
     metrics, problem = validate_metrics(out_dir / "metrics.json", job)

@@ -38,7 +38,8 @@ def confirm_view(r: ConfirmResult) -> RenderableType:
         table.add_row(str(t.number), tag + compact_plan(t.plan).replace(",", " "),
                       Text(t.status, style=_STATUS_STYLE.get(t.status, "red")), pred, meas, ratio, mem)
         if t.error:
-            errors.append(f"trial {t.number} error: {' '.join(t.error.split())[:300]}")
+            what = "note" if t.status == "ok" else "error"
+            errors.append(f"trial {t.number} {what}: {' '.join(t.error.split())[:300]}")
     head = (f"Confirm study '{r.study_name}' ({r.storage}); {human_time(r.elapsed_s)} of "
             f"{human_time(r.budget_s)} budget used")
     lines = list(errors)
