@@ -98,8 +98,8 @@ def gemm_size(rows, d_model: int, width_per_rank):
     A layer's GEMMs are (rows × h)·(h × w) or (rows × w)·(w × h) with rows = tokens per micro-batch and w the
     per-rank width (q_dim/tp, d_ff/tp, an expert's width); tensor parallelism splits w and keeps h
     (Shoeybi et al. 2019 §3: column- then row-parallel), so the size is rows × min(h, w). Achieved TFLOP/s
-    falls as the micro-batch or the per-GPU slice shrinks (Narayanan et al. 2021 Fig. 15/16; NVIDIA's
-    "Matrix multiplication background" guide: tile and wave quantisation). Works on arrays.
+    falls as the micro-batch or the per-GPU slice shrinks (NVIDIA's "Matrix multiplication background" guide:
+    tile and wave quantisation; the public H100 runs, benchmarks/fit_gemm_family.py). Works on arrays.
     """
     return rows * np.minimum(d_model, width_per_rank) / 1e6
 
