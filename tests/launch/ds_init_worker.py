@@ -42,6 +42,9 @@ def main() -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         with open(sys.argv[2], "w") as fh:
             json.dump(out, fh, indent=1)
+    # meet before tearing down: a gloo rank that destroys its group while its peer still sends can abort
+    # ("terminate called without an active exception"), as trainers/parallel.py teardown notes
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
