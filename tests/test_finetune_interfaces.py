@@ -12,6 +12,8 @@ from gpuadvisor.cli import main
 from gpuadvisor.errors import UserError
 from gpuadvisor.schemas.workload import FineTune
 
+from ._cli import one_line
+
 PRESET = "a6000-4x-pcie"
 QLORA_7B = "QLoRA r=16 on q,k,v,o,gate,up,down: 40M trainable of 6.74B (0.59 %)"
 
@@ -20,14 +22,6 @@ def run(argv, capsys):
     rc = main(argv)
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
-
-
-def one_line(err: str, *needles: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuadvisor: error: "), err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def test_suggest_header_states_the_finetune(capsys, monkeypatch):

@@ -15,6 +15,7 @@ from gpuadvisor.cli import main
 from gpuadvisor.errors import UserError
 from gpuadvisor.hardware.cluster_file import load_cluster
 
+from .._cli import one_line
 from .conftest import COUNTS
 
 TWO_NODES = "nodes:\n  - gpus: 2x A40\n  - gpus: 2x A40\n"
@@ -25,14 +26,6 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
     rc = main(argv)
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
-
-
-def one_line(err: str, *needles: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpuadvisor: error: "), err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 # ------------------------------------------------------------------ cluster files

@@ -65,5 +65,21 @@ def run_groups(tmp_path_factory, groups) -> dict:
     return out
 
 
+def run_probe(tmp: Path, probe: str, jobs: dict[str, TrainerJob], nproc: int, *extra: str,
+              timeout: int = 400) -> dict:
+    """Run a probe script of this folder under torchrun on `jobs` (written to tmp as JSON) and return the
+    JSON it writes: `probe out.json [extra ...] job.json ...`. A failed launch fails the test with its stderr."""
+    paths = []
+    for name, j in jobs.items():
+        (tmp / f"{name}.json").write_text(j.model_dump_json())
+        paths.append(str(tmp / f"{name}.json"))
+    script = Path(__file__).with_name(probe)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script),
+           str(tmp / "out.json"), *extra, *paths]
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
 def errors(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("error-rank*.json"))]

@@ -16,9 +16,6 @@ skipping the edp all-reduce 1.1 (checked by hand when it was written).
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,7 +26,7 @@ from gpuadvisor.schemas.workload import ModelSpec
 from gpuadvisor.trainers.aggregate import global_losses
 from gpuadvisor.trainers.report import summary_lines
 
-from ._launch import env, job, run_groups
+from ._launch import job, run_groups, run_probe
 
 pytestmark = pytest.mark.slow
 LOSS_ATOL = 1e-6
@@ -118,16 +115,7 @@ def test_tokens_and_metrics_record_ep(runs):
 
 
 def _probe(tmp: Path, jobs: dict[str, TrainerJob], nproc: int) -> dict:
-    paths = []
-    for name, j in jobs.items():
-        (tmp / f"{name}.json").write_text(j.model_dump_json())
-        paths.append(str(tmp / f"{name}.json"))
-    probe = Path(__file__).with_name("_ep_probe.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(probe),
-           str(tmp / "out.json"), "2", *paths]
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads((tmp / "out.json").read_text())
+    return run_probe(tmp, "_ep_probe.py", jobs, nproc, "2")
 
 
 @pytest.fixture(scope="module")

@@ -128,23 +128,12 @@ def test_same_total_tokens_as_single_process(runs):
 
 def test_tensor_parallel_gradients_equal_the_unsharded_models(tmp_path):
     """QK-norm weights, the MoE router and every expert get the full model's gradient under TP and TP+SP."""
-    import json
-    import subprocess
-    import sys
     from pathlib import Path
 
-    from ._launch import env
+    from ._launch import run_probe
 
-    paths = []
-    for name, j in (("moe_tp", job(MOE, tp=2)), ("moe_tp_sp", job(MOE, tp=2, sequence_parallel=True))):
-        (tmp_path / f"{name}.json").write_text(j.model_dump_json())
-        paths.append(str(tmp_path / f"{name}.json"))
-    probe = Path(__file__).with_name("_tp_grad_probe.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(probe),
-           str(tmp_path / "out.json"), *paths]
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    result = json.loads((tmp_path / "out.json").read_text())
+    jobs = {"moe_tp": job(MOE, tp=2), "moe_tp_sp": job(MOE, tp=2, sequence_parallel=True)}
+    result = run_probe(tmp_path, "_tp_grad_probe.py", jobs, 2, timeout=300)
     for path, diffs in result.items():
         assert any("q_norm" in n for n in diffs) and any("router" in n for n in diffs)
         worst = max(diffs, key=diffs.get)

@@ -5,14 +5,9 @@ ZeRO-1 keeps whole (TP- or stage-) parameters but 1/dp of the optimizer states, 
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from ._launch import env, job
+from ._launch import job, run_probe
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +23,7 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def held(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("probe")
-    paths = []
-    for name, j in JOBS.items():
-        (tmp / f"{name}.json").write_text(j.model_dump_json())
-        paths.append(str(tmp / f"{name}.json"))
-    probe = Path(__file__).with_name("_sharding_probe.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(probe),
-           str(tmp / "out.json"), *paths]
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads((tmp / "out.json").read_text())
+    return run_probe(tmp_path_factory.mktemp("probe"), "_sharding_probe.py", JOBS, 4)
 
 
 def by(ranks: list[dict], dim: str) -> dict[int, list[dict]]:

@@ -224,7 +224,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
     st = _stage_states(ctx, layers, first, last, pp, tp, e_shard)
-    mem = _memory(ctx, a, layers, st, agb, edp)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -297,7 +297,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
     b.times = {"compute": m * t_mb, "bubble": bubble, "offload": offload, "optimizer": opt,
                "overhead": np.full(len(a), ctx.step_overhead)}
-    b.comm = [("tp", g_tp.kind, m * t_tp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp), ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
+    b.comm = [("tp", g_tp.kind, m * t_tp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp),
+              ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
               ("zero", g_dp.kind, np.where(zero > 0, exposed + z3_total, 0.0))]
     dp_all = dp_sent + m * z3_sent
     b.links = [(g_tp.kind, tp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
@@ -349,9 +350,8 @@ def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
     dp, tp, pp, nodes, gpn = a[:, 0], a[:, 1], a[:, 2], a[:, 16], a[:, 17]
     # the ep group is the "tp" group of the plan whose tensor-parallel degree is ep (ranks consecutive)
     deg = np.stack([np.round(dp * tp / ep), ep, pp, nodes, gpn], axis=1).astype(np.int64)
-    uniq, keys = np.unique(deg, axis=0, return_inverse=True)
-    keys = keys.reshape(-1)
-    groups = [ctx.topo.group("tp", int(d), int(e), int(p), int(no), int(g), "tp-dp-pp") for d, e, p, no, g in uniq]
+    uniq, keys = unique_rows(deg)
+    groups = [ctx.topo.group("tp", d, e, p, no, g, "tp-dp-pp") for d, e, p, no, g in uniq.tolist()]
 
     def arr(f) -> np.ndarray:
         return np.array([f(g) for g in groups], dtype=float)[keys]
@@ -416,7 +416,7 @@ def _act(ctx: Context, mb, tp, sp, rc):
                                       shape=ctx.shape, frozen=ctx.frozen_roles)
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp) -> dict[str, np.ndarray]:
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
@@ -435,7 +435,6 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp) -> dict[str, np.n
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
-    e_shard = np.where(a[:, 18] > 1, a[:, 18], tp)
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
                  tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,

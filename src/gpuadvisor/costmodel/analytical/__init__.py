@@ -107,16 +107,17 @@ class Context:
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
             self.fused_attention = dev.kind == "gpu"
-            # the layer's FLOPs by GEMM kind and each kind's width before TP (engine._compute sizes them)
-            self.flops_split = K.layer_flops_split(m, self.s)
+            # each GEMM kind's width before TP (engine._compute sizes them; flops_split in _finetune)
             self.q_width = float(self.shape.q_dim)
-            self.mlp_width = float((self.shape.expert_d_ff * (2 if self.shape.gated else 1)) if self.shape.moe
-                                   else self.shape.d_ff * (2 if self.shape.gated else 1))
+            self.mlp_width = float((self.shape.expert_d_ff if self.shape.moe else self.shape.d_ff)
+                                   * (2 if self.shape.gated else 1))
             # MoE: what expert parallelism splits (all routed experts of a layer) and the tokens it moves
             self.p_layer_exp = float(self.shape.routed_expert_params)
             self.top_k = self.shape.experts_per_token
             self.a2a_eff = float(cal.get("moe", {}).get("alltoall_efficiency", 1.0))
             self._finetune(workload, cal)
+            # layer_fpt by GEMM kind (adapters included when they train)
+            self.flops_split = K.layer_flops_split(m, self.s, workload.finetune if self.adapters else None)
         else:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
@@ -160,7 +161,6 @@ class Context:
         # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
         self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
         self.layer_fpt = K.layer_flops_per_token(self.model, self.s, ft)
-        self.flops_split = K.layer_flops_split(self.model, self.s, ft)
         self.head_fpt = K.head_flops_per_token(self.model, ft)
         self.fwd_frac = K.layer_forward_fraction(self.model, self.s, ft)
         self.z3_grad_bytes = 4.0  # only the fp32 adapter gradients are reduce-scattered
