@@ -1,10 +1,10 @@
-"""Grid-fit one GPU family's GEMM curve (e_max, x_half) on the public measured runs of that family.
+"""Grid-fit one GPU family's GEMM curve (e_max, x_half, w_half) on the public measured runs of that family.
 
-    python benchmarks/fit_gemm_family.py hopper [--e-max 0.5,0.55,0.6,0.65] [--x-half 3,1.5,0.75]
+    python benchmarks/fit_gemm_family.py hopper [--e-max 0.5,0.55,0.6,0.65] [--x-half 3,1.5,0.75] [--w-half 0,384]
 
 Maps every run of knowledge/measurements/public whose GPU belongs to the family (with every approximation of
 publicruns.mapping.LIMITS), predicts its step time under each grid point (the calibration table with only that
-family's two numbers changed) and prints, per point, the score (mean over sources of the mean squared log
+family's numbers changed) and prints, per point, the score (mean over sources of the mean squared log
 ratio predicted/measured: each source weighs the same, however many rows it has), then the median ratio and
 the MAPE per source. knowledge/calibration.yaml states which point it took and this command.
 """
@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("family", help="a gemm_efficiency family of knowledge/calibration.yaml (hopper, a100, ...)")
     ap.add_argument("--e-max", default="0.5,0.55,0.6,0.65")
     ap.add_argument("--x-half", default="3,1.5,0.75")
+    ap.add_argument("--w-half", default=None, help="width half-points to try (default: the family's own)")
+    ap.add_argument("--attn-rel", default=None, help="attention-core rates relative to GEMMs (default: the family's)")
     args = ap.parse_args()
     base = load_calibration()
     fam = base["gemm_efficiency"]["families"].get(args.family)
@@ -45,9 +47,13 @@ def main() -> None:
         except Unsupported:
             continue
     print(f"{len(inputs)} mapped runs of family {args.family}")
-    for e_max, x_half in itertools.product(_floats(args.e_max), _floats(args.x_half)):
+    w_halves = _floats(args.w_half) if args.w_half else [float(fam.get("w_half", 0.0))]
+    attn = _floats(args.attn_rel) if args.attn_rel else [float(fam.get("attn_rel", 1.0))]
+    for e_max, x_half, w_half, attn_rel in itertools.product(_floats(args.e_max), _floats(args.x_half), w_halves,
+                                                             attn):
         cal = copy.deepcopy(base)
-        cal["gemm_efficiency"]["families"][args.family].update(e_max=e_max, x_half=x_half)
+        cal["gemm_efficiency"]["families"][args.family].update(e_max=e_max, x_half=x_half, w_half=w_half,
+                                                                attn_rel=attn_rel)
         by: dict[str, list[float]] = {}
         for run, inp in inputs:
             e = evaluate(inp.plan, Context(inp.cluster, inp.workload, calibration=cal))
@@ -58,7 +64,7 @@ def main() -> None:
         score = sum(sum(v * v for v in vs) / len(vs) for vs in by.values()) / len(by)
         cells = "  ".join(f"{k[:22]} {math.exp(sorted(v)[len(v) // 2]):.2f}/{100 * sum(abs(math.exp(x) - 1) for x in v) / len(v):.0f}%"
                           for k, v in sorted(by.items()))
-        print(f"e_max {e_max:.2f} x_half {x_half:5.2f}  score {score:.4f}  (median ratio / MAPE) {cells}")
+        print(f"e_max {e_max:.2f} x_half {x_half:5.2f} w_half {w_half:4.0f} attn {attn_rel:.2f}  score {score:.4f}  (median ratio / MAPE) {cells}")
 
 
 if __name__ == "__main__":

@@ -230,8 +230,20 @@ def test_benchmark_runs_end_to_end_on_one_source(tmp_path, capsys):
     assert "llmc_scripts" in text and "Worst 3 rows" in text
     doc = json.loads(out_json.read_text())
     s = doc["sources"]["llmc_scripts"]
-    assert s["rows"] == 5 and s["used"] == 5 and s["mape_pct"] > 0
-    assert all(r["predicted_s"] > 0 for r in doc["rows"])
+    # llm.c's run_gpt3_125M.sh "~150ms/iter" would be 137 % of an A100's peak: refused as implausible
+    assert s["rows"] == 5 and s["used"] == 4 and s["mape_pct"] > 0
+    assert all(r["predicted_s"] > 0 for r in doc["rows"] if r["used"])
+    assert [r["ref"] for r in doc["rows"] if not r["used"]] == ["single_node_gpt2:5"]
+
+
+def test_implausible_measured_rate_is_refused_with_its_figures():
+    from gpuadvisor.publicruns.mapping import Unsupported
+
+    runs = {r.ref: r for r in load_runs()}
+    with pytest.raises(Unsupported, match=r"measured rate implausible \(42\d model TFLOP/s per GPU > 312 peak\)"):
+        to_inputs(runs["single_node_gpt2:5"])
+    # the same script family's GPT-2 124M row (0.3 s for 0.5M tokens on 8 A100s: 41 % of peak) is kept
+    assert to_inputs(runs["single_node_gpt2:1"]).plan.dp == 8
 
 
 def test_cluster_from_dict_builds_and_names_bad_fields():

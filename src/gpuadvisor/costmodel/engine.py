@@ -18,7 +18,7 @@ from .analytical import Context
 from .analytical.comm import Group, allreduce_s
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
-from .analytical.compute import gemm_size
+from .analytical.compute import gemm_size, gemm_width, width_efficiency
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
 
@@ -492,7 +492,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
 
     GEMMs at the family's saturating efficiency over each GEMM kind's size (compute.gemm_size: attention
     projections at rows × min(h, q_dim/tp), the MLP at rows × min(h, width/tp) — a routed expert's width, split
-    by tp only without expert parallelism —, the attention core and the LM head at their own), non-GEMM work as bytes
+    by tp only without expert parallelism —, the attention core and the LM head at their own; each also at its
+    narrower side's compute.width_efficiency, the core at the family's attn_rel), non-GEMM work as bytes
     over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
     host's dispatch of the layer's kernels (compute.launch_time_s). Full recompute replays the forward (×4/3).
     """
@@ -502,8 +503,10 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)  # recompute replays the forward (1/3 of 6N; more with adapters)
-    def rate(x):
-        return ctx.rate_max * x / (x + ctx.x_half)
+    def rate(rows, width):
+        # saturating in the GEMM's size (rows × narrower side) and in its narrower side alone (compute.gemm_width)
+        w = gemm_width(ctx.h, width)
+        return ctx.rate_max * width_efficiency(w, ctx.w_half) / (1.0 + ctx.x_half / gemm_size(rows, ctx.h, width))
     # a TP GEMM keeps its tokens and one side at h; it narrows only where the split width falls below h (issue
     # 13: sizing every GEMM at tokens·h/tp made TP-8 runs of large models ~1.5x too slow on H100)
     fs = ctx.flops_split
@@ -514,11 +517,11 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     mlp_rows = tokens
     if ctx.top_k:
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
-    t_layer = tokens * extra / tp * (fs["proj"] / rate(gemm_size(tokens, ctx.h, ctx.q_width / tp))
-                                     + fs["mlp"] / rate(gemm_size(mlp_rows, ctx.h, mlp_w))
-                                     + fs["core"] / rate(gemm_size(tokens, ctx.h, ctx.h)))
+    t_layer = tokens * extra / tp * (fs["proj"] / rate(tokens, ctx.q_width / tp)
+                                     + fs["mlp"] / rate(mlp_rows, mlp_w)
+                                     + fs["core"] / (ctx.attn_rel * rate(tokens, ctx.h)))
     t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
-    t_head = tokens * ctx.head_fpt / tp / rate(gemm_size(tokens, ctx.h, ctx.V / tp))
+    t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = extra * ctx.kpl * ctx.launch_us * 1e-6

@@ -383,6 +383,24 @@ def _first_error(exc: ValueError) -> str:
     return str(exc)
 
 
+def plausible_rate(run: PublicRun, spec: Any, model: ModelSpec, precision: str) -> None:
+    """Unsupported when the row's measured tokens/s per GPU needs more model FLOP/s than the GPU's peak.
+
+    6N + attention FLOPs per token (compute.flops_per_token, no recompute: the least any trainer does) times the
+    measured tokens/s per GPU above the datasheet peak is not a measurement the model can be held to: the step
+    time or the batch is not the run's (llm.c's run_gpt3_125M.sh quotes "~150ms/iter" in a comment, which would
+    be 137 % of an A100's bf16 peak)."""
+    from ..costmodel.analytical.compute import flops_per_token
+
+    tps = run.tokens_per_s_per_gpu
+    if not tps or model.kind != "transformer":
+        return
+    peak = spec.tflops_fp32 if precision == "fp32" else spec.tflops_bf16
+    need = flops_per_token(model, run.seq_len) * tps / 1e12
+    if peak and need > peak:
+        raise Unsupported(f"measured rate implausible ({need:.0f} model TFLOP/s per GPU > {peak:.0f} peak)")
+
+
 def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     """Cluster, workload and plan of a measured run; Unsupported listing every blocker if they cannot be built.
 
@@ -417,6 +435,8 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     if placement and placement[0] > 1 and (reasons or not spec):
         attempt(network_of, run, placement[1], [])  # only for its reason: the cluster is not built
     cluster = attempt(cluster_of, run, spec, *placement, notes) if spec and placement and not reasons else None
+    if spec and model and precision and not reasons:
+        attempt(plausible_rate, run, spec, model, precision)
     if reasons:
         raise Unsupported(*reasons)
     assert cluster is not None  # built whenever no reason was recorded

@@ -46,6 +46,8 @@ class Context:
             peak = dev.achieved_tflops / float(ge["large_gemm_fraction"])
         self.rate_max = peak * 1e12 * min(e_max, 0.95)
         self.x_half = curve.x_half
+        self.w_half = curve.w_half
+        self.attn_rel = curve.attn_rel
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
@@ -58,6 +60,7 @@ class Context:
             base = dev.achieved_tflops or dev.peak_tflops_fp32
             self.rate_max = base * 1e12 * float(cr["e_max"])
             self.x_half = float(cr["x_half"])
+            self.w_half, self.attn_rel = 0.0, 1.0  # fitted on the CPU trainer's whole step (cpu_ranks section)
         self.kpl, self.launch_us = float(ov["kernels_per_layer"]), float(ov["launch_us"])
         self.generic_kernels = float(ov.get("generic_kernels", 200))
         self.step_overhead = float(ov["step_overhead_s"])

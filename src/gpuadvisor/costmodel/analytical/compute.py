@@ -104,6 +104,27 @@ def gemm_size(rows, d_model: int, width_per_rank):
     return rows * np.minimum(d_model, width_per_rank) / 1e6
 
 
+def gemm_width(d_model: int, width_per_rank):
+    """A layer GEMM's narrower side: min(h, per-rank width). It is the reduction length K of the forward GEMM
+    of one of each column-/row-parallel pair and of its backward data-gradient GEMM (Shoeybi et al. 2019 §3)."""
+    return np.minimum(d_model, width_per_rank)
+
+
+def width_efficiency(width, w_half: float):
+    """Share of the family's large-GEMM rate a GEMM keeps at narrower side `width`: width / (width + w_half).
+
+    However many rows a GEMM has, a short reduction side K leaves each output tile few main-loop iterations to
+    amortise its pipeline fill and epilogue (NVIDIA "Matrix multiplication background" guide: arithmetic
+    intensity and tile quantisation), so rows cannot make up for a narrow model: the public llm-foundry runs
+    reach 43 % MFU at h = 768 and 58-64 % at h = 4096 on the same A100s at any micro-batch
+    (knowledge/measurements/public/llmfoundry_mpt.csv). `w_half` per GPU family (knowledge/calibration.yaml);
+    0 turns the term off. Works on arrays.
+    """
+    if w_half <= 0:
+        return np.ones_like(np.asarray(width, dtype=float))
+    return width / (width + w_half)
+
+
 def layer_flops_split(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> dict[str, float]:
     """`layer_flops_per_token` split by the GEMMs that do it: attention projections (Q, K, V, O), the MLP
     (dense, shared and routed experts; router and norms ride along), the attention core (scores and values).
