@@ -21,6 +21,46 @@ def test_reduce_scatter_and_all_gather():
     assert C.all_gather_s(1e9, 2, 10.0, 0.0) == pytest.approx(0.05)
 
 
+def test_nccl_tree_allreduce_wins_latency_bound_sizes_across_nodes_only():
+    # 64 ranks on 8 nodes, 25 GB/s rails, 5 us network and 2 us NVLink hops, tree bandwidth 0.85 of the ring's
+    ring = C.ring_allreduce_s(25e3, 64, 25.0, 5.0)
+    tree = C.tree_allreduce_s(25e3, 64, 8, 8, 25.0, 5.0, 2.0, 0.85)
+    assert ring == pytest.approx(2 * 63 / 64 * 25e3 / 25e9 + 2 * 63 * 5e-6)
+    assert tree == pytest.approx(2 * 63 / 64 * 25e3 / (0.85 * 25e9) + 2 * (3 * 5e-6 + 7 * 2e-6))
+    assert tree < ring / 5
+    # large buffers: the ring's full bandwidth wins, as NCCL's tuner picks rings there
+    big_ring, big_tree = C.ring_allreduce_s(1e9, 64, 25.0, 5.0), C.tree_allreduce_s(1e9, 64, 8, 8, 25.0, 5.0, 2.0, 0.85)
+    assert big_ring < big_tree
+    args = (64, 8, 8, 25.0, 5.0, 150.0, 2.0, 0, 0.0, 99)
+    assert C.allreduce_s(1e9, *args, 0.85) == pytest.approx(big_ring)
+    assert C.allreduce_s(25e3, *args, 0.85) == pytest.approx(tree)
+    # gloo (factor 0) and one node keep rings
+    assert C.allreduce_s(25e3, *args, 0.0) == pytest.approx(ring)
+    assert C.tree_allreduce_s(25e3, 8, 1, 8, 25.0, 5.0, 2.0, 0.85) == math.inf
+    assert C.allreduce_s(25e3, 8, 1, 8, 25.0, 5.0, 150.0, 2.0, 0, 0.0, 3, 0.85) == pytest.approx(
+        C.ring_allreduce_s(25e3, 8, 25.0, 5.0))
+
+
+def test_ddp_buckets_across_nodes_pay_tree_latency_per_bucket():
+    from gpuadvisor.costmodel.analytical import Context
+    from gpuadvisor.costmodel.engine import evaluate
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.workload.specs import make_workload
+
+    wl = make_workload("gpt2", global_batch=64)
+    clus = load_preset("dgx-a100-8x-4nodes-ib-hdr")
+    plan = parse_plan("dp=32,mb=2,m=1,ddp_bucket_mb=1,nodes=4,gpn=8")
+    with_tree = evaluate(plan, Context(clus, wl)).comm["dp@network"]
+    import copy
+    from gpuadvisor.costmodel.calibration import load_calibration
+    cal = copy.deepcopy(load_calibration())
+    cal["network"]["nccl_tree_bw_factor"] = 0.0
+    rings = evaluate(plan, Context(clus, wl, calibration=cal)).comm["dp@network"]
+    # 1 MB buckets of a 124M model's fp32 gradients across 4 nodes: hundreds of latency-bound all-reduces
+    assert with_tree < rings
+
+
 def test_p2p():
     assert C.p2p_s(1e8, 1.0, 50.0) == pytest.approx(0.1 + 50e-6)
 

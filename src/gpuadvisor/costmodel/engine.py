@@ -89,14 +89,16 @@ class _G:
         self.net_bw_per_flow, self.flows = arr("net_bw_per_flow"), arr("flows_per_nic")
         self.node_flows = arr("flows_per_node")  # over all of the busiest node's NICs (what trials measure)
         self.shared_chain = arr("shared_chain")
+        self.tree_bw = ctx.tree_bw
         self.kind_u = [g.kind for g in groups]
         self.kind = np.array(self.kind_u, dtype=object)[keys]
         self.keys = keys
 
     def allreduce(self, size, hier_min: int):
-        """All-reduce on the placed group: min of the flat ring and the hierarchical one (comm.allreduce_s)."""
+        """All-reduce on the placed group: min of the flat ring, NCCL's tree and the hierarchical one
+        (comm.allreduce_s)."""
         return allreduce_s(size, self.n, self.nodes, self.per_node, self.bw, self.lat, self.intra_bw,
-                           self.intra_lat, self.flows, self.net_bw_per_flow, hier_min)
+                           self.intra_lat, self.flows, self.net_bw_per_flow, hier_min, self.tree_bw)
 
     def rs(self, size):
         return _rs(size, self.n, self.bw, self.lat)
@@ -571,6 +573,14 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 
+def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
+    """`nb` bucket all-reduces of `total` bytes (nb − 1 full buckets and the rest), each its own collective
+    (algorithm, latency and host call): rings pay 2(n−1)·α per bucket, NCCL trees 2·log2(nodes)·α."""
+    full = np.minimum(bucket, total)
+    rest = total - (nb - 1) * full
+    return (nb - 1) * g.allreduce(full, ctx.hier_min) + g.allreduce(rest, ctx.hier_min) + nb * ctx.call_s
+
+
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
                    exp, edp, megatron):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
@@ -601,14 +611,14 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
     bucket = bucket_mb * 2 ** 20
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
-    t = g.allreduce(gb_ddp, ctx.hier_min) + (nb - 1) * 2 * (dp - 1) * lat + nb * ctx.call_s
+    t = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
     last = g.allreduce(np.minimum(bucket, gb_ddp), ctx.hier_min)
     ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
     zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
     ag_after = g.rs(zgb) + ctx.call_s
-    t1 = g.allreduce(zgb, ctx.hier_min) + (znb - 1) * 2 * (dp - 1) * lat + znb * ctx.call_s
+    t1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
     last1 = g.allreduce(np.minimum(zbucket, zgb), ctx.hier_min)
     z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and

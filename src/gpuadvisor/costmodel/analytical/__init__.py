@@ -94,6 +94,8 @@ class Context:
             net_eff = float(cal["network"]["protocol_efficiency"].get(cluster.network.protocol, 1.0))
         self.topo = C.Topology(cluster, net_efficiency=net_eff)
         self.hier_min = int(cal["network"].get("hierarchical_min_nodes", 3))
+        # NCCL trees compete with rings on GPUs; gloo (CPU ranks) rings only
+        self.tree_bw = 0.0 if dev.kind == "cpu" else float(cal["network"].get("nccl_tree_bw_factor", 0.0))
         self.tp_eff = {k: float(v) for k, v in cal["tensor_parallel"]["comm_efficiency"].items()}
         self.n_nodes = len(cluster.nodes)
         self.gpn_max = max(cluster.devices_per_node)

@@ -436,21 +436,42 @@ def node_rails(node: Node, cluster: Cluster, net_efficiency: float = 1.0
     return rates, [tuple(o) if o else (p % len(rails),) for p, o in enumerate(owned)]
 
 
-def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3) -> float:
-    """All-reduce on a placed group: min of the flat ring and the hierarchical (2D) algorithm.
+def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3, tree_bw_factor: float = 0.0) -> float:
+    """All-reduce on a placed group: min of the flat ring, NCCL's tree across nodes and the hierarchical (2D) one.
 
     Hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/g by each local rank in
     parallel (the g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split
     (Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
     """
     return float(allreduce_s(size_bytes, g.n, g.nodes, g.per_node, g.bw_gb_per_s, g.latency_us, g.intra_bw,
-                             g.intra_lat, g.flows_per_nic, g.net_bw_per_flow, hier_min_nodes))
+                             g.intra_lat, g.flows_per_nic, g.net_bw_per_flow, hier_min_nodes, tree_bw_factor))
+
+
+def tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, bw_factor: float = 1.0):
+    """NCCL's tree all-reduce across nodes: a chain through each node's GPUs, a double binary tree over the nodes.
+
+    Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (NVIDIA blog, 2019): the two trees
+    together keep most of the ring's bandwidth while the latency grows with log2(nodes) instead of the rank count,
+    so NCCL picks trees for latency-bound sizes at scale and rings for large buffers. Bandwidth term as the flat
+    ring's over `bw_factor` (calibration network.nccl_tree_bw_factor); latency 2·(⌈log2 nodes⌉·α + (per_node − 1)·α_intra). Only across nodes: on one node NCCL rings (a
+    chain gains nothing), and this returns inf so that a min() with the ring keeps the ring."""
+    k = np.maximum(np.asarray(nodes, dtype=float), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (2.0 * (n - 1) / n * size_bytes / (bw * bw_factor * GB)
+             + 2.0 * (np.ceil(np.log2(k)) * lat + (np.asarray(per_node) - 1) * np.where(np.isfinite(intra_lat),
+                                                                                     intra_lat, 0.0)) * 1e-6)
+    return _out(np.where(k >= 2, t, np.inf), n, size_bytes)
 
 
 def allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_bw, intra_lat, flows, net_bw_per_flow,
-                hier_min_nodes: int):
-    """`group_allreduce_s` over arrays of group attributes (one entry per candidate plan), the engine's path."""
+                hier_min_nodes: int, tree_bw_factor: float = 0.0):
+    """`group_allreduce_s` over arrays of group attributes (one entry per candidate plan), the engine's path.
+
+    `tree_bw_factor` > 0 lets NCCL's tree compete (tree_allreduce_s); 0 (gloo) keeps rings."""
     flat = ring_allreduce_s(size_bytes, n, bw, lat)
+    if tree_bw_factor > 0:
+        flat = np.minimum(flat, tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, tree_bw_factor))
+        flat = float(flat) if np.ndim(flat) == 0 else flat
     use = (np.asarray(nodes) >= hier_min_nodes) & (np.asarray(per_node) > 1) & (np.asarray(intra_bw) != np.inf) \
         & (np.asarray(n) > 1)
     if not np.any(use):
