@@ -474,6 +474,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     # ZeRO-3 offload_param keeps the partition in host RAM: the device holds only the gathered layers (below),
     # as DeepSpeed's estimate_zero3_model_states_mem_needs counts it (offload_param=cpu: largest layer only)
     w = np.where(off & (zero >= 3) & (hpz == 1), 0.0, w)
+    g = np.where(off & (zero >= 3), 0.0, g)  # gradients stream to host RAM through the reduce bucket (`buf`)
     o = np.where(off, 0.0, o)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one

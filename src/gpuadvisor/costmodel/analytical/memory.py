@@ -178,8 +178,12 @@ def model_state_bytes(params: float, dp: int, zero_stage: int, offload: bool, pr
         host = o + params * 4.0 / dp  # fp32 states + fp32 gradient partition
         o = 0.0
         if zero_stage >= 3:
+            # offload_param: the parameter partition lives in host RAM and gradients stream there bucket by bucket,
+            # so the device holds neither (DeepSpeed estimate_zero3_model_states_mem_needs with cpu_offload_params:
+            # gpu_mem = the largest layer only, which the engine adds as the gathered layers)
             host += params * wb / dp
-            w = params * wb / dp if hpz == 1 else w  # GPU keeps a working partition
+            g = 0.0
+            w = 0.0 if hpz == 1 else w
     return w, g, o, host
 
 
