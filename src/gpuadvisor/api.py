@@ -143,13 +143,18 @@ def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Op
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
+    Without global_batch: a batch people train with (workload/batch_defaults.py; `suggest` notes which).
     """
-    from .workload.settings import make_workload as _make
+    return _explained(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                      token_budget=token_budget, allow_batch_change=allow_batch_change)[0]
 
-    kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                   token_budget=token_budget, allow_batch_change=allow_batch_change).items()
-              if v is not None}
-    return _make(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
+
+def _explained(model: str, finetune: Union[FineTune, str, None], **settings: Any) -> tuple[Workload, Any]:
+    """make_workload's Workload and its default batch (a BatchDefault; None when the batch was given)."""
+    from .workload.settings import workload_and_default
+
+    kwargs = {k: v for k, v in settings.items() if v is not None}
+    return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
 
 
 def _workload(model: Union[str, Workload], finetune: Union[FineTune, str, None], **settings: Any) -> Workload:
@@ -202,13 +207,18 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     for spec in what_if or []:
         clus = apply_what_if(clus, spec)
         notes.append(f"what-if: {spec}")
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                   token_budget=token_budget, allow_batch_change=allow_batch_change)
-    if global_batch is None and not isinstance(model, Workload):
+    settings = dict(seq_len=seq_len, global_batch=global_batch, precision=precision, token_budget=token_budget,
+                    allow_batch_change=allow_batch_change)
+    if isinstance(model, Workload):
+        wl, chosen = _workload(model, finetune, **settings), None
+    else:
+        wl, chosen = _explained(model, finetune, **settings)
+    if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
-        notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}', not your "
-                     "run's: the best plan depends on it; pass --global-batch N (API: global_batch=N)")
+        notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}' "
+                     f"({chosen.why}), not your run's: the best plan depends on it; pass --global-batch N "
+                     "(API: global_batch=N)")
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
@@ -224,13 +234,16 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     """Predict throughput, step-time and memory breakdown for one given plan.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
+    global_batch: default the plan's dp*mb*m (as `gpuadvisor predict`), not the model's default batch.
     """
     from .costmodel.combine import estimate
     from .schemas import check_plan_for, parse_plan
 
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
+    if global_batch is None and not isinstance(model, Workload):
+        global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
 

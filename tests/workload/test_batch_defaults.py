@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuadvisor import api
 from gpuadvisor.schemas.workload import FineTune, ModelSpec
 from gpuadvisor.workload import generic_model, make_workload, model_from_args
 from gpuadvisor.workload.batch_defaults import GPT3_TOKENS_PER_BATCH, default_batch
@@ -110,3 +111,18 @@ def test_explicit_batch_or_tokens_is_kept():
     assert make_workload("1.5B", global_batch=8).training.global_batch == 8
     assert make_workload("1.5B", tokens_per_step=16384).training.global_batch == 16
 
+
+def test_suggest_note_names_source_and_flag():
+    s = api.suggest("gpt2", preset="workstation-2x4090", top=1)
+    notes = [n for n in s.notes if n.startswith("global batch")]
+    assert notes == ["global batch 512 (524,288 tokens) per step is the default for 'gpt2 (124.4M)' (GPT-3's 0.5M "
+                     "tokens per batch at its 125M size, Brown et al. 2020 Table 2.1), not your run's: the best "
+                     "plan depends on it; pass --global-batch N (API: global_batch=N)"]
+    assert s.workload.training.global_batch == 512
+    s = api.suggest("10M", preset="workstation-2x4090", top=1)
+    assert any("seed 001 (the A6000 paper) Table I" in n and "--global-batch N" in n for n in s.notes)
+    s = api.suggest("gpt2", preset="workstation-2x4090", top=1, finetune="lora")
+    assert any(n.startswith("global batch 128 ") and "Stanford Alpaca" in n for n in s.notes)
+    # a batch the user gave is not a default: no note
+    s = api.suggest("gpt2", preset="workstation-2x4090", top=1, global_batch=64)
+    assert not any(n.startswith("global batch") for n in s.notes)
