@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from .errors import UserError
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
 from .schemas._base import Frozen
-from .schemas.workload import FineTune
+from .schemas.workload import BatchDefault, FineTune
 from .trials.schemas import ConfirmResult
 
 #: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
@@ -143,17 +143,25 @@ def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Op
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
-    Without global_batch: a batch people train with (workload/batch_defaults.py; `suggest` notes which).
+    Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
-    return _explained(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                      token_budget=token_budget, allow_batch_change=allow_batch_change)[0]
+    return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                   token_budget=token_budget, allow_batch_change=allow_batch_change,
+                                   finetune=finetune)[0]
 
 
-def _explained(model: str, finetune: Union[FineTune, str, None], **settings: Any) -> tuple[Workload, Any]:
-    """make_workload's Workload and its default batch (a BatchDefault; None when the batch was given)."""
+@typed
+def make_workload_explained(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+                            precision: str = "bf16", token_budget: Optional[float] = None,
+                            allow_batch_change: bool = False,
+                            finetune: Union[FineTune, str, None] = None) -> tuple[Workload, Optional[BatchDefault]]:
+    """make_workload's Workload and, when its global batch is the default (no global_batch given), a BatchDefault
+    (global_batch, why: where that batch comes from); None when the batch was given."""
     from .workload.settings import workload_and_default
 
-    kwargs = {k: v for k, v in settings.items() if v is not None}
+    kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                   token_budget=token_budget, allow_batch_change=allow_batch_change).items()
+              if v is not None}
     return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
 
 
@@ -212,7 +220,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     if isinstance(model, Workload):
         wl, chosen = _workload(model, finetune, **settings), None
     else:
-        wl, chosen = _explained(model, finetune, **settings)
+        wl, chosen = make_workload_explained(model, finetune=finetune, **settings)
     if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""

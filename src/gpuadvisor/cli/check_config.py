@@ -77,10 +77,7 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     path = Path(args.from_file)
     default_gb, chosen = args.global_batch, None
     if not default_gb:  # only an Accelerate YAML needs it (the others hold their batch): the model's default
-        from ..workload.settings import workload_and_default
-
-        dwl, chosen = workload_and_default(args.model, finetune=finetune, targets_flag="--lora-targets",
-                                           **({"seq_len": args.seq_len} if args.seq_len else {}))
+        dwl, chosen = api.make_workload_explained(args.model, seq_len=args.seq_len, finetune=finetune)
         default_gb = dwl.training.global_batch
     rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
     if chosen is not None and any("assumed --global-batch" in n for n in rb.notes):

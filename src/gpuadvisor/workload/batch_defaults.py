@@ -15,9 +15,9 @@ note that tells the user the batch is a default and which flag changes it. Order
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
-from ..schemas.workload import FineTune, ModelSpec
+from ..schemas.workload import BatchDefault, FineTune, ModelSpec
 
 #: GPT-3's batch size in tokens by model size: Brown et al. 2020, "Language Models are Few-Shot Learners"
 #: (arXiv:2005.14165), Table 2.1, column "Batch Size": 0.5M for Small/Medium/Large (125M, 350M, 760M), 1M for
@@ -49,13 +49,6 @@ SMALL_MODEL_BATCH = 8
 #: README "Fine-tuning" table: "Batch size 128" for LLaMA-7B and 13B); tloen/alpaca-lora's finetune.py keeps
 #: batch_size 128 (micro_batch_size 4 with gradient accumulation).
 LORA_BATCH = 128
-
-
-class BatchDefault(NamedTuple):
-    """A default global batch (sequences, or samples for a generic model) and where it comes from."""
-
-    global_batch: int
-    why: str
 
 
 def default_batch(model: ModelSpec, seq_len: int, finetune: Optional[FineTune] = None, *,
