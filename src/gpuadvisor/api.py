@@ -215,12 +215,12 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     for spec in what_if or []:
         clus = apply_what_if(clus, spec)
         notes.append(f"what-if: {spec}")
-    settings = dict(seq_len=seq_len, global_batch=global_batch, precision=precision, token_budget=token_budget,
-                    allow_batch_change=allow_batch_change)
-    if isinstance(model, Workload):
-        wl, chosen = _workload(model, finetune, **settings), None
+    if isinstance(model, Workload):  # its own settings; finetune, when given, replaces its own
+        wl, chosen = _workload(model, finetune), None
     else:
-        wl, chosen = make_workload_explained(model, finetune=finetune, **settings)
+        wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                             token_budget=token_budget, allow_batch_change=allow_batch_change,
+                                             finetune=finetune)
     if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
