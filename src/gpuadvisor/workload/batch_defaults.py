@@ -6,9 +6,9 @@ note that tells the user the batch is a default and which flag changes it. Order
 1. a catalog preset's own `default_global_batch` wins (the A6000 paper's models keep its Table I batch, ResNet
    He et al.'s 256: knowledge/models.yaml, `batch_source` beside each);
 2. a generic (non-token) model without one: 8 samples (no published batch applies to an arbitrary model);
-3. a transformer under 100M parameters: 8 sequences. This is below GPT-3's smallest size (125M), and these are
-   the tiny test and CPU-rank models (0.3M, 3M, 10M GPTs): the trials on CPU ranks and the test suite depend
-   on small steps;
+3. a transformer under 100M parameters (per token, as the GPT-3 row below): 8 sequences. This is below GPT-3's
+   smallest size (125M), and these are the tiny test and CPU-rank models (0.3M, 3M, 10M GPTs): the trials on
+   CPU ranks and the test suite depend on small steps;
 4. LoRA/QLoRA fine-tuning: 128 sequences (Stanford Alpaca);
 5. otherwise (pre-training, or a full fine-tune, which cannot be told apart from it): GPT-3's tokens per batch
    for the model's size (Brown et al. 2020 Table 2.1) divided by the sequence length.
