@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from .errors import UserError
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
 from .schemas._base import Frozen
-from .schemas.workload import FineTune
+from .schemas.workload import BatchDefault, FineTune
 from .trials.schemas import ConfirmResult
 
 #: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
@@ -143,13 +143,26 @@ def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Op
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
+    Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
-    from .workload.settings import make_workload as _make
+    return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                   token_budget=token_budget, allow_batch_change=allow_batch_change,
+                                   finetune=finetune)[0]
+
+
+@typed
+def make_workload_explained(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+                            precision: str = "bf16", token_budget: Optional[float] = None,
+                            allow_batch_change: bool = False,
+                            finetune: Union[FineTune, str, None] = None) -> tuple[Workload, Optional[BatchDefault]]:
+    """make_workload's Workload and, when its global batch is the default (no global_batch given), a BatchDefault
+    (global_batch, why: where that batch comes from); None when the batch was given."""
+    from .workload.settings import workload_and_default
 
     kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    token_budget=token_budget, allow_batch_change=allow_batch_change).items()
               if v is not None}
-    return _make(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
+    return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
 
 
 def _workload(model: Union[str, Workload], finetune: Union[FineTune, str, None], **settings: Any) -> Workload:
@@ -202,13 +215,18 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     for spec in what_if or []:
         clus = apply_what_if(clus, spec)
         notes.append(f"what-if: {spec}")
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                   token_budget=token_budget, allow_batch_change=allow_batch_change)
-    if global_batch is None and not isinstance(model, Workload):
+    if isinstance(model, Workload):  # its own settings; finetune, when given, replaces its own
+        wl, chosen = _workload(model, finetune), None
+    else:
+        wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                                             token_budget=token_budget, allow_batch_change=allow_batch_change,
+                                             finetune=finetune)
+    if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
-        notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}', not your "
-                     "run's: the best plan depends on it; pass --global-batch N (API: global_batch=N)")
+        notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}' "
+                     f"({chosen.why}), not your run's: the best plan depends on it; pass --global-batch N "
+                     "(API: global_batch=N)")
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
@@ -224,13 +242,16 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     """Predict throughput, step-time and memory breakdown for one given plan.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
+    global_batch: default the plan's dp*mb*m (as `gpuadvisor predict`), not the model's default batch.
     """
     from .costmodel.combine import estimate
     from .schemas import check_plan_for, parse_plan
 
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
+    if global_batch is None and not isinstance(model, Workload):
+        global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
 

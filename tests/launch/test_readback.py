@@ -75,6 +75,27 @@ def test_check_my_config_compares_with_best(tmp_path, capsys):
         data["estimate"]["tokens_per_s"]
 
 
+def test_accelerate_yaml_without_batch_assumes_the_model_default(tmp_path, capsys):
+    """An Accelerate YAML holds no batch: the check assumes the model's default batch (GPT-3's 0.5M tokens for
+    gpt2 = 512 sequences), says so with the flag, and splits it into a micro-batch that fits, since the YAML
+    holds no accumulation either (512 / dp 4 = 128 sequences per rank do not fit a 48 GiB A6000 at once)."""
+    (tmp_path / "acc.yaml").write_text("distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: bf16\n")
+    args = ["predict", "--model", "gpt2", "--preset", PRESET, "--from", str(tmp_path / "acc.yaml")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "global batch 512 is the default for 'gpt2 (124.4M)' (GPT-3's 0.5M tokens" in out
+    assert "pass --global-batch N" in out
+    assert "-> plan dp=4,mb=64,m=2" in out and "512 / dp 4 = 128 per rank as mb 64 x accumulation 2" in out
+    assert main([*args, "--global-batch", "8"]) == 0  # a given batch: no default note, the YAML's m = 1
+    out = capsys.readouterr().out
+    assert "-> plan dp=4,mb=2,m=1" in out and "is the default for" not in out
+    # a YAML that holds the accumulation keeps it (DeepSpeed plugin: gradient_accumulation_steps)
+    (tmp_path / "ds.yaml").write_text("distributed_type: DEEPSPEED\nnum_processes: 4\ndeepspeed_config:\n"
+                                      "  zero_stage: 2\n  gradient_accumulation_steps: 4\n")
+    assert read_config(tmp_path / "ds.yaml", world=4, global_batch=512).split_assumed is False
+    assert read_config(tmp_path / "acc.yaml", world=4, global_batch=512).split_assumed is True
+
+
 def test_predict_needs_plan_or_from(capsys):
     assert main(["predict", "--model", "gpt2", "--preset", PRESET]) == 2
     assert "--from FILE" in capsys.readouterr().err

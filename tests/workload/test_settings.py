@@ -63,9 +63,9 @@ def test_make_workload_paper_defaults():
 
 
 def test_make_workload_generic_defaults():
-    w = make_workload("gpt2-xl")
-    assert (w.training.seq_len, w.training.global_batch) == (1024, 8)
-    assert w.tokens_per_step == 8192
+    w = make_workload("gpt2-xl")  # GPT-3's 1M tokens per batch at 1.3B-2.7B (workload/batch_defaults.py)
+    assert (w.training.seq_len, w.training.global_batch) == (1024, 1024)
+    assert w.tokens_per_step == 1_048_576
     assert make_workload("llama-7b").training.seq_len == 1024
     assert make_workload("resnet18").tokens_per_step == 256
     assert make_workload(resolve_model("gpt2"), global_batch=32).training.global_batch == 32

@@ -37,6 +37,35 @@ def _edit(d: dict) -> str:
     return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d.items())
 
 
+def _fitting_split(rb, cluster, workload) -> None:
+    """Neither the batch nor the accumulation came from the file: split the assumed per-rank batch into the
+    largest micro-batch that fits (fewest accumulation steps), so the check judges the file's strategy, not a
+    micro-batch the advisor made up. Unchanged when no split fits (the check then says so)."""
+    import dataclasses
+
+    from ..costmodel.combine import estimate
+    from .predict_cmd import plan_for_cluster
+
+    t = workload.training.model_copy(update={"precision": rb.precision or workload.training.precision})
+    wl = workload.model_copy(update={"training": t})
+    per = rb.plan["mb"] * rb.plan.get("m", 1)
+    for m in (d for d in range(1, per + 1) if per % d == 0):
+        split = {**rb.plan, "mb": per // m, "m": m}
+        try:
+            plan = plan_for_cluster(dataclasses.replace(rb, plan=split).spec(), cluster)
+        except (ValueError, UserError):
+            return
+        if estimate(plan, cluster, wl).feasible:
+            if m > 1:
+                gb = per * rb.plan["dp"]
+                rb.plan = split
+                rb.notes = [f"Accelerate configs do not hold the micro-batch size or the accumulation: assumed "
+                            f"--global-batch {gb} / dp {split['dp']} = {per} per rank as mb {per // m} x accumulation "
+                            f"{m} (the largest micro-batch that fits)" if "assumed --global-batch" in n else n
+                            for n in rb.notes]
+            return
+
+
 def run_check(args: argparse.Namespace, cluster) -> int:
     """Read the file, predict it (api.predict), rank the alternatives (api.suggest) and compare."""
     from .. import api
@@ -46,8 +75,16 @@ def run_check(args: argparse.Namespace, cluster) -> int:
 
     finetune = finetune_from_args(args)
     path = Path(args.from_file)
-    default_gb = args.global_batch or api.make_workload(args.model).training.global_batch
+    default_gb, chosen = args.global_batch, None
+    if not default_gb:  # only an Accelerate YAML needs it (the others hold their batch): the model's default
+        dwl, chosen = api.make_workload_explained(args.model, seq_len=args.seq_len, finetune=finetune)
+        default_gb = dwl.training.global_batch
     rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
+    if chosen is not None and any("assumed --global-batch" in n for n in rb.notes):
+        rb.notes.append(f"global batch {default_gb} is the default for '{dwl.model.name}' ({chosen.why}), not "
+                        "your run's; pass --global-batch N")
+        if rb.split_assumed:
+            _fitting_split(rb, cluster, dwl)
     if "dp" not in rb.plan:  # a DeepSpeed file without train_batch_size: every device of the cluster
         rb.plan = {"dp": cluster.num_devices, **rb.plan}
         rb.notes.append(f"no train_batch_size: dp = the cluster's {cluster.num_devices} devices")

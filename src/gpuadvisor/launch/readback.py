@@ -30,6 +30,9 @@ class ReadBack:
     precision: Optional[str] = None
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the file holds neither the micro-batch nor the accumulation (an Accelerate YAML without them): mb and m
+    #: are the script's, and the plan splits the assumed global batch with m = 1
+    split_assumed: bool = False
 
     def spec(self) -> str:
         """The plan string (as `predict --plan` takes it)."""
@@ -248,11 +251,13 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
     else:
         rb = ReadBack("Accelerate YAML")
         plan: dict[str, Any] = {"dp": world}
+        m_in_file = False  # does the YAML hold the accumulation (else it is the script's, like the micro-batch)
         if kind == "DEEPSPEED":
             plan["zero"] = int(ds.get("zero_stage", 2))
             if ds.get("offload_optimizer_device", "none") not in ("none", None) and plan["zero"]:
                 plan["offload"] = True
             plan["m"] = _int(where, "gradient_accumulation_steps", ds.get("gradient_accumulation_steps", 1))
+            m_in_file = "gradient_accumulation_steps" in ds
         elif kind == "FSDP":
             fs = data.get("fsdp_config") or {}
             pc = data.get("parallelism_config") or {}
@@ -278,6 +283,7 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
             mc = data.get("megatron_lm_config") or {}
             tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
             plan.update(dp=world // (tp * pp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
+            m_in_file = "megatron_lm_num_micro_batches" in mc
             if mc.get("megatron_lm_use_distributed_optimizer"):
                 plan["zero"] = 1  # the distributed optimizer: ZeRO-1 with any TP/PP
             plan["sequence_parallel"] = bool(mc.get("megatron_lm_sequence_parallelism")) and tp > 1
@@ -285,6 +291,7 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         elif kind not in ("NO", "MULTI_GPU", "MULTI_CPU"):
             raise UserError(f"{where}: distributed_type {kind} is not modelled; use NO, MULTI_GPU, DEEPSPEED, FSDP "
                             "or MEGATRON_LM")
+        rb.split_assumed = not m_in_file
         m = int(plan.get("m", 1))
         per = plan["dp"] * m
         if global_batch % per:

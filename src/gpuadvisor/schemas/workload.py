@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Literal, NamedTuple, Optional
 
 from pydantic import Field, model_validator
 
@@ -136,6 +136,14 @@ class ModelSpec(Frozen):
 MAX_SEQ_LEN = 2 ** 21
 MAX_GLOBAL_BATCH = 2 ** 31
 MAX_TOKEN_BUDGET = 1e16
+
+
+class BatchDefault(NamedTuple):
+    """A default global batch (sequences, or samples for a generic model) and where it comes from
+    (gpuadvisor.workload.batch_defaults.default_batch decides it)."""
+
+    global_batch: int
+    why: str
 
 
 class TrainingSettings(Frozen):

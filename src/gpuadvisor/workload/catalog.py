@@ -30,6 +30,7 @@ class Preset:
     context: int = 0
     default_seq_len: Optional[int] = None
     default_global_batch: Optional[int] = None
+    batch_source: str = ""  # where default_global_batch comes from
     default_precision: Optional[str] = None
     note: str = ""
     aliases: tuple[str, ...] = field(default_factory=tuple)
@@ -90,6 +91,7 @@ def _build(key: str, entry: dict[str, Any]) -> Preset:
         published_active_params=entry.get("published_active_params"),
         context=int(entry.get("context") or spec.max_seq_len),
         default_seq_len=entry.get("default_seq_len"), default_global_batch=entry.get("default_global_batch"),
+        batch_source=" ".join(str(entry.get("batch_source", "")).split()),
         default_precision=entry.get("default_precision"), note=note,
         aliases=tuple(entry.get("aliases", ())),
     )

@@ -6,12 +6,13 @@ from typing import Any, Optional, Union
 
 from ..errors import UserError
 from ..schemas.workload import FineTune, ModelSpec, TrainingSettings, Workload
+from .batch_defaults import SMALL_MODEL_BATCH, BatchDefault, default_batch
 from .catalog import Preset
 from .hf_config import _first_error
 from .specs import resolve_preset
 
 DEFAULT_SEQ_LEN = 1024
-DEFAULT_GLOBAL_BATCH = 8
+DEFAULT_GLOBAL_BATCH = SMALL_MODEL_BATCH  # training_settings alone; make_workload uses batch_defaults.default_batch
 _PRECISIONS = ("fp32", "bf16", "fp16")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 
@@ -33,8 +34,9 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
 
     seq_len defaults to `default_seq_len`, else min(model's learned position table, 1024), else 1024.
     The batch is given as `global_batch` (sequences) or `tokens_per_step` (a multiple of seq_len); both
-    must agree when both are given; default `default_global_batch`, else 8. With `model`, seq_len may not
-    exceed a learned position table, and generic (non-token) models reject tokens_per_step.
+    must agree when both are given; default `default_global_batch`, else 8 (make_workload passes the model's
+    default from batch_defaults.default_batch). With `model`, seq_len may not exceed a learned position table,
+    and generic (non-token) models reject tokens_per_step.
     Raises UserError with the fix on bad input.
     """
     generic = model is not None and model.kind == "generic"
@@ -81,10 +83,20 @@ def make_workload(model: Union[str, ModelSpec], *, finetune: Union[FineTune, str
     """Workload from a model description (see resolve_model) and training_settings keywords.
 
     Presets bring their defaults: the A6000 paper's sizes use its Table I seq len and batch (and fp32
-    for 10M unless `precision` is given); others seq_len = min(max_seq_len, 1024) and global batch 8.
+    for 10M unless `precision` is given); others seq_len = min(max_seq_len, 1024). Without `global_batch` or
+    `tokens_per_step` the batch is `batch_defaults.default_batch`'s (a preset's own, else one people train
+    with: GPT-3's tokens per batch by size, 128 sequences for LoRA/QLoRA, 8 for tiny and generic models).
     `finetune`: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); LoRA/QLoRA need a
     transformer and at least one targeted linear layer it has (`targets_flag` names that setting in the error).
     """
+    return workload_and_default(model, finetune=finetune, targets_flag=targets_flag, **settings)[0]
+
+
+def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTune, str, None] = None,
+                         targets_flag: str = "--lora-targets",
+                         **settings: Any) -> tuple[Workload, Optional[BatchDefault]]:
+    """make_workload's Workload and, when its global batch is a default, that default and where it comes from
+    (None when the batch was given as `global_batch`, `tokens_per_step` or `default_global_batch`)."""
     from .finetune import make_finetune
 
     ft = make_finetune(finetune)
@@ -99,11 +111,16 @@ def make_workload(model: Union[str, ModelSpec], *, finetune: Union[FineTune, str
                         "tokens_per_step, precision, optimizer, allow_recompute, allow_batch_change, token_budget")
     if preset is not None:
         settings.setdefault("default_seq_len", preset.default_seq_len)
-        settings.setdefault("default_global_batch", preset.default_global_batch)
         if preset.default_precision and "precision" not in settings:
             settings["precision"] = preset.default_precision
-    training = training_settings(model=spec, **settings)
-    return with_finetune(Workload(model=spec, training=training), ft, targets_flag)
+    training = training_settings(model=spec, **settings)  # validates the settings, resolves seq_len
+    chosen: Optional[BatchDefault] = None
+    if all(settings.get(k) is None for k in ("global_batch", "tokens_per_step", "default_global_batch")):
+        chosen = default_batch(spec, training.seq_len, ft,
+                               preset_batch=preset.default_global_batch if preset else None,
+                               preset_source=preset.batch_source if preset else "")
+        training = training_settings(model=spec, **settings, default_global_batch=chosen.global_batch)
+    return with_finetune(Workload(model=spec, training=training), ft, targets_flag), chosen
 
 
 def with_finetune(workload: Workload, finetune: FineTune, flag: str = "--lora-targets") -> Workload:

@@ -32,7 +32,8 @@ def model_hint() -> str:
 
 
 class ModelScreen(StepScreen):
-    """Form for the workload; every change re-validates through api.make_workload."""
+    """Form for the workload; every change re-validates through api.make_workload_explained (the Workload, and
+    where a default global batch comes from)."""
 
     STEP = "model"
     AUTO_FOCUS = "#model"
@@ -121,9 +122,10 @@ class ModelScreen(StepScreen):
             model = self.query_one("#model", Input).value.strip()
             if not model:
                 raise ValueError("type a model: a size like 1.5B, a preset name or a config.json path")
-            wl = api.make_workload(model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
-                                   precision=str(self.query_one("#precision", Select).value),
-                                   token_budget=self.token_budget(), finetune=self.finetune())
+            wl, chosen = api.make_workload_explained(
+                model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
+                precision=str(self.query_one("#precision", Select).value), token_budget=self.token_budget(),
+                finetune=self.finetune())
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
@@ -135,5 +137,7 @@ class ModelScreen(StepScreen):
         budget = f", token budget {t.token_budget:.3g}" if t.token_budget else ""
         tuning = describe_finetune(wl)
         tuning = f"\n  {tuning}" if tuning else ""
-        status.update(Text(f"✓ {describe_workload(wl)}{budget}{tuning}\n  {wl.tokens_per_step:,} tokens per step; "
-                           f"{wl.model.source or ''}".rstrip()))
+        default = (f"\n  global batch {t.global_batch} is the default ({chosen.why}); set Global batch to change it"
+                   if chosen is not None else "")
+        status.update(Text(f"✓ {describe_workload(wl)}{budget}{tuning}{default}\n  {wl.tokens_per_step:,} tokens per "
+                           f"step; {wl.model.source or ''}".rstrip()))
