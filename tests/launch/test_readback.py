@@ -15,7 +15,8 @@ from gpuadvisor.workload.specs import make_workload
 
 PRESET = "a6000-4x-pcie"
 ROUND_TRIP = ["dp=4,mb=2,m=2", "dp=4,zero=1,mb=1,m=4", "dp=4,zero=3,offload=true,mb=2,m=2",
-              "dp=2,pp=2,mb=1,m=4", "dp=2,tp=2,mb=2,m=2,recompute=true"]
+              "dp=2,pp=2,mb=1,m=4", "dp=2,tp=2,mb=2,m=2,recompute=true",
+              "dp=2,pp=2,mb=1,m=4,recompute=true,recompute_interval=2", "dp=4,zero=3,mb=2,m=2,recompute=true,recompute_interval=3"]
 FIELDS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches")
 
 
@@ -43,7 +44,14 @@ def test_round_trip(tmp_path, spec, name):
     if name == "torchtitan.toml" and plan.zero_stage in (1, 2):
         want["zero_stage"] = 2  # torchtitan FSDP without reshard-after-forward: ZeRO-2-like
     assert have == want
-    assert got.recompute == plan.recompute or name in ("ds_config.json",)
+    # ds_config.json has no recompute, nor does accelerate.yaml on its DeepSpeed path (the script's
+    # gradient_checkpointing holds it)
+    deepspeed_yaml = name == "accelerate.yaml" and plan.zero_stage and plan.tp == 1
+    assert got.recompute == plan.recompute or name == "ds_config.json" or deepspeed_yaml
+    # every k-th layer reads back from Megatron's block method and torchtitan's layer-level selective option;
+    # Accelerate (transformers' gradient checkpointing) is every layer or none
+    if name in ("torchtitan.toml", "megatron_args.txt"):
+        assert got.recompute_interval == plan.recompute_interval
 
 
 @pytest.mark.parametrize("fname,text,key", [

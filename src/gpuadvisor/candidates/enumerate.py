@@ -100,6 +100,9 @@ DENSE_PP = 16
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 HOOKS = ("none", "fp16", "bf16", "powersgd")
 ORDERS = ("tp-dp-pp", "tp-pp-dp")
+# share of the layers that recompute, as enumerated: none, every layer, every other layer (Plan.recompute_interval 2:
+# torchtitan's layer-level selective checkpointing default, Megatron's block method over half a stage)
+RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
 # one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
@@ -114,8 +117,11 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
-    for k in ("zero_offload", "recompute", "sequence_parallel", "tp_comm_overlap"):
+    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
+    # the recompute column is the share of layers that recompute (Plan.recompute_fraction): 0, 1 or 1/interval
+    rc = float(f["recompute"])
+    f["recompute"], f["recompute_interval"] = rc > 0, (int(round(1.0 / rc)) if rc > 0 else 1)
     f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
     f["comm_hook"] = HOOKS[int(f["comm_hook"])]
     f["mesh_order"] = ORDERS[int(f["mesh_order"])]
@@ -205,7 +211,12 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     gb = t.global_batch
     per_replica = gb // dp
     orders = (0, 1) if (dp > 1 and pp > 1) else (0,)
-    recomputes = (False, True) if t.allow_recompute and wl.model.kind == "transformer" else (False,)
+    # no recompute, every layer (full), every other layer (RECOMPUTE_SHARES: the recompute column's values); every
+    # other layer for pure data parallelism of full training only, where FSDP/DeepSpeed users checkpoint layer by
+    # layer (torchtitan's layer-level selective AC): hybrids keep none/full, and the candidate count at scale stays
+    recomputes: tuple[float, ...] = RECOMPUTE_SHARES if t.allow_recompute and wl.model.kind == "transformer" else (0.0,)
+    if tp * pp > 1 or wl.finetune.adapters:  # transformers' gradient checkpointing (peft) is every layer or none
+        recomputes = tuple(r for r in recomputes if r in (0.0, 1.0))
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}

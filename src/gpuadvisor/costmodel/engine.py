@@ -40,7 +40,7 @@ _GB = 1e9
 def plan_row(p: Plan) -> tuple:
     """The enumeration row of one Plan (candidates.COLUMNS order; the inverse of candidates.row_plan)."""
     return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
-            _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, int(p.recompute), int(p.sequence_parallel),
+            _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap), p.global_batch())
 
@@ -212,7 +212,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     a = np.asarray(rows, dtype=float)
     b.a = a
     (dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn) = a.T[:18]
-    off, rc, sp = off > 0, rc > 0, sp > 0
+    off, sp = off > 0, sp > 0  # rc stays the share of layers that recompute (0, 1/interval, 1)
     agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
     ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
     ep = a[:, 18]
@@ -246,9 +246,9 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     t_mb = layers * t_layer + t_head + layers * t_host
 
     # ---- tensor parallel: 2 all-reduces fwd + 2 bwd per layer per micro-batch (Shoeybi et al. 2019 §3,
-    # Fig. 4), +2 with full recompute (forward replayed); SP turns them into RS+AG of equal volume. Critical path.
+    # Fig. 4), +2 per recomputing layer (forward replayed); SP turns them into RS+AG of equal volume. Critical path.
     size = tokens * ctx.h * ctx.act_bytes
-    n_coll = layers * np.where(rc, 6.0, 4.0)
+    n_coll = layers * (4.0 + 2.0 * rc)
     calls = np.where(sp, 2.0, 1.0)
     t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, ctx.hier_min) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
@@ -336,7 +336,7 @@ def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
     all-to-alls for one micro-batch on one stage.
 
     Every MoE layer dispatches each token's hidden state to the ranks holding its top-k experts and combines
-    the results back: two all-to-alls forward, two backward (their gradients), two more when full recompute
+    the results back: two all-to-alls forward, two backward (their gradients), two more when a recomputing layer
     replays the forward (GShard, Lepikhin et al. 2021 §3.2; Megatron-Core's "alltoall" token dispatcher). A
     rank's tokens (b·s/tp: expert TP 1 splits a TP group's tokens) times k copies of h values leave for the
     other ep−1 ranks in equal shares (balanced routing, as the MoE benchmarks force it). The group is ep
@@ -367,7 +367,7 @@ def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
         off_node = size * (n - per_node) / n
         inter = np.where(span > 1, off_node / (ctx.topo.node_net_bw * _GB / gpn), 0.0)
     one = np.maximum(intra, inter) / ctx.a2a_eff + lat + ctx.call_s
-    count = layers * np.where(rc, 6.0, 4.0)
+    count = layers * (4.0 + 2.0 * rc)
     on = ep > 1
     with np.errstate(divide="ignore", invalid="ignore"):
         sent = count * size * (n - 1) / n
@@ -422,11 +422,13 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
-    off, rc, sp = off > 0, rc > 0, sp > 0
+    off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     if ctx.transformer:
-        act1 = _act(ctx, mb, tp, sp, rc)
+        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp))
+        # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
+        act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
         # the layer being recomputed holds its full activations
-        full = np.where(rc, _act(ctx, mb, tp, sp, np.zeros_like(rc)), 0.0)
+        full = np.where(rc > 0, stored, 0.0)
         # GPipe keeps all m micro-batches (Huang et al. 2019); 1F1B min(p, m) (Narayanan et al. 2021 §2.2.1);
         # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
         inflight = np.where(pp == 1, 1.0, np.where(sched == 1, m, np.where(
@@ -505,7 +507,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
         x = flops / 1e9
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
-    extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)  # recompute replays the forward (1/3 of 6N; more with adapters)
+    extra = 1.0 + rc * ctx.fwd_frac  # a recomputing layer replays its forward (1/3 of 6N; more with adapters)
     def rate(rows, width):
         # saturating in the GEMM's size (rows × narrower side) and in its narrower side alone (compute.gemm_width)
         w = gemm_width(ctx.h, width)
@@ -556,7 +558,7 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     ag = g.rs(per_layer) + ctx.call_s
     ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s, ag)
     rs = g.rs(grads) + ctx.call_s
-    extra = np.where(rc, 1.0 + ctx.fwd_frac, 1.0)
+    extra = 1.0 + rc * ctx.fwd_frac
     t_f = t_layer * ctx.fwd_frac / extra       # forward ≈ 1/3 of a layer's fwd+bwd FLOPs (PaLM app. B: 2N vs 4N)
     t_b = t_layer - t_f                        # backward (and the replayed forward with recompute)
     ends = (ctx.p_emb + ctx.p_head) / tp * ctx.weight_bytes if ctx.transformer else 0.0

@@ -73,7 +73,7 @@ def features(plan: Plan, cluster: Cluster, workload: Workload, estimate: Estimat
     dev = cluster.nodes[0].devices[0] if cluster.nodes[0].devices else None
     return [
         math.log2(plan.dp), math.log2(plan.tp), math.log2(plan.pp), float(plan.zero_stage), float(plan.zero_offload),
-        math.log2(plan.micro_batch_size), math.log2(plan.num_micro_batches), float(plan.recompute),
+        math.log2(plan.micro_batch_size), math.log2(plan.num_micro_batches), plan.recompute_fraction,
         math.log2(plan.nodes), tp_l, dp_l, pp_l, tp_x, dp_x, pp_x, math.log10(1.0 + net), math.log10(1.0 + intra),
         estimate.step.compute_s / total, comm / total, estimate.step.bubble_s / total,
         math.log10(max(workload.model.params, 1)), math.log2(max(plan.micro_batch_size * seq, 1)),

@@ -69,6 +69,10 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
              "# start on node i: " + shlex.join(accelerate_launch(launch, "<i>", "train.py"))]
     if launch.plan.tp > 1:
         lines.append("# TP: Accelerate shards a transformers (>= 4.52) model by its tp_plan; FSDP2 shards over dp")
+    if launch.plan.recompute_interval > 1:
+        lines.append(f"# recompute: the plan checkpoints every {launch.plan.recompute_interval}th layer; transformers' "
+                     "gradient checkpointing and fsdp_activation_checkpointing checkpoint every layer (less memory, "
+                     "more compute than predicted)")
     if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
         lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
                      "optimizer; gradients are sharded too)")

@@ -32,7 +32,7 @@ Mapping (ZeRO with or without TP/PP):
   the TP degree when ep = 1 (experts split like the dense MLP).
 Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
 per virtual stage.
-Extension point: selective recompute is not a Plan field yet.
+Extension point: Megatron's selective (core attention) recompute is not a Plan field.
 """
 from __future__ import annotations
 
@@ -113,11 +113,24 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a.append("--overlap-grad-reduce")
     if plan.zero_offload:
         a += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
-    if plan.recompute:
+    if plan.recompute and plan.recompute_interval == 1:
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif plan.recompute:
+        # every k-th layer: Megatron's block method checkpoints the first N layers of each model chunk (pipeline
+        # stage or virtual stage) and stores the rest, the same count per chunk (rounded up: never less memory
+        # saved than the plan assumes)
+        a += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
+              str(recompute_layers_per_chunk(plan, m.n_layers))]
     if t.precision in ("bf16", "fp16"):
         a.append(f"--{t.precision}")
     return a
+
+
+def recompute_layers_per_chunk(plan: Plan, n_layers: int) -> int:
+    """Layers each model chunk recomputes under `plan` (Megatron --recompute-num-layers with the block method):
+    ceil(layers per chunk / recompute_interval), at least 1."""
+    per_chunk = max(1, n_layers // (plan.pp * plan.pp_virtual_stages))
+    return max(1, -(-per_chunk // plan.recompute_interval))
 
 
 def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) -> str:

@@ -263,6 +263,9 @@ def train_script(launch: LaunchConfig, workload: Workload, *, marker: str) -> st
     notes = [f"Plan {p.to_string()} ({backend(p)}): {p.dp} data-parallel rank(s), micro-batch {p.micro_batch_size}, "
              f"{p.num_micro_batches} accumulation step(s), global batch {p.global_batch()} sequences of "
              f"{t.seq_len} tokens" + (", activation recompute" if p.recompute else "") + ".",
+             *([f"The plan recomputes every {p.recompute_interval}th layer; transformers' gradient checkpointing "
+                "below recomputes every layer (less memory, more compute than predicted)."]
+               if p.recompute_interval > 1 else []),
              "Start: " + shlex.join(launch_line(launch, workload, "0")) + " (node i: --machine_rank i).",
              "Needs torch, transformers >= 4.56 (the `dtype` argument), peft >= 0.13, accelerate >= 1.0"
              + (", bitsandbytes >= 0.43.3 and a CUDA GPU." if ft.method == "qlora" else ".")]

@@ -210,10 +210,19 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         else:
             rb.notes.append("enable_cpu_offload is modelled for FSDP with pure data parallelism only: predicted "
                             "without it")
-    mode = data.get("activation_checkpoint", {}).get("mode", "selective")
+    ac = data.get("activation_checkpoint", {})
+    mode = ac.get("mode", "selective")
     rb.plan["recompute"] = mode == "full"
     if mode == "selective":
-        rb.notes.append("selective activation checkpointing is not a plan dimension yet: predicted without recompute")
+        option = str(ac.get("selective_ac_option", "2"))
+        if option.isdigit() and int(option) >= 1:
+            # layer-level selective: every k-th transformer block checkpointed (recompute_interval k)
+            rb.plan["recompute"] = True
+            if int(option) > 1:
+                rb.plan["recompute_interval"] = int(option)
+        else:
+            rb.notes.append("per-op selective activation checkpointing (selective_ac_option 'op') is not a plan "
+                            "dimension: predicted without recompute")
     if tp > 1 and not par.get("disable_loss_parallel", False):
         rb.plan["sequence_parallel"] = True  # torchtitan's TP plan shards norms/dropout along the sequence
         if par.get("enable_async_tensor_parallel", False):
@@ -312,7 +321,7 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
-               "--expert-tensor-parallel-size"}
+               "--expert-tensor-parallel-size", "--num-layers"}
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
                  "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
@@ -376,8 +385,19 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     gran = vals.get("--recompute-granularity")
     if gran == "full" or "--recompute-activations" in switches and gran != "selective":
         rb.plan["recompute"] = True
+        if vals.get("--recompute-method") == "block":
+            # the first N layers of each model chunk recompute: every k-th layer with k = layers per chunk / N
+            chunks = pp * int(rb.plan.get("pp_virtual_stages", 1))
+            layers = num("--num-layers", 0) if "--num-layers" in vals else 0
+            per_chunk = max(1, layers // chunks) if layers else 0
+            n = num("--recompute-num-layers", 1)
+            if per_chunk and 0 < n < per_chunk:
+                rb.plan["recompute_interval"] = max(1, round(per_chunk / n))
+            elif n <= 0:
+                rb.plan["recompute"] = False
     elif gran == "selective":
-        rb.notes.append("selective recompute is not a plan dimension yet: predicted without recompute")
+        rb.notes.append("Megatron's selective recompute (the attention core) is not a plan dimension: with flash "
+                        "attention it stores about what no recompute does; predicted without recompute")
     if "--use-torch-fsdp2" in switches:
         if "--use-distributed-optimizer" in switches or pp > 1:
             clash = "--use-distributed-optimizer" if pp == 1 else "--pipeline-model-parallel-size > 1"

@@ -14,7 +14,7 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
   data_parallel_shard_degree = dp beside tensor_parallel_degree and pipeline_parallel_degree, FSDP wrapping each
   pipeline stage. ZeRO-3 with PP keeps "always" (reshard every micro-batch, ZeRO-3's memory); torchtitan's
   "default" would not reshard under PP. ZeRO-1 (distributed optimizer elsewhere) is FSDP without resharding.
-Extension point: selective recompute and context parallel are not Plan fields yet; add them to `titan_config`
+Extension point: per-op selective checkpointing and context parallel are not Plan fields; add them to `titan_config`
 when the Plan gains them.
 """
 from __future__ import annotations
@@ -68,8 +68,18 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         "metrics": {"log_freq": 10},
         "training": training,
         "parallelism": par,
-        "activation_checkpoint": {"mode": "full" if plan.recompute else "none"},
+        "activation_checkpoint": _activation_checkpoint(plan),
     }
+
+
+def _activation_checkpoint(plan: Plan) -> dict:
+    """torchtitan's [activation_checkpoint]: full, none, or layer-level selective every recompute_interval-th
+    layer (selective_ac_option "k": torchtitan checkpoints every k-th transformer block)."""
+    if not plan.recompute:
+        return {"mode": "none"}
+    if plan.recompute_interval == 1:
+        return {"mode": "full"}
+    return {"mode": "selective", "selective_ac_option": str(plan.recompute_interval)}
 
 
 def _value(v: Any) -> str:

@@ -35,8 +35,8 @@ class Unsupported(ValueError):
 LIMITS: dict[str, str] = {
     "micro-batch": "micro-batch not stated -> 1 sequence per micro-step",
     "recompute-unstated": "activation checkpointing not stated -> none",
-    "selective-recompute": "selective recompute -> none (Plan has full recompute only; selective "
-                           "recomputes only the attention core)",
+    "selective-recompute": "selective recompute -> none (per-op selective checkpointing and unstated "
+                           "fractions are not a Plan dimension; layer-level every other block is)",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
 }
 
@@ -323,19 +323,23 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
     return stage, offload and stage > 0 and tp == 1 and pp == 1
 
 
-def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> bool:
-    """Full activation recompute or none; selective is not in Plan."""
+def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> float:
+    """Share of the layers that recompute (Plan.recompute_fraction): 1 full, 0 none, 1/2 for torchtitan's
+    layer-level selective checkpointing (selective_ac_option default "2": every other block); per-op selective
+    and unstated selective (fms-fsdp's fraction of blocks) are a LIMITS approximation."""
     text = run.activation_checkpointing.lower()
     if not text:
         _limit("recompute-unstated", "activation checkpointing not stated", approximate, notes)
-        return False
+        return 0.0
+    if "selective (layer)" in text:
+        return 0.5
     if "selective" in text:
         _limit("selective-recompute", "selective recompute", approximate, notes)
-        return False
+        return 0.0
     if re.match(r"(true|yes|full|on)\b", text):
-        return True
+        return 1.0
     if re.match(r"(false|no|none)\b", text):
-        return False
+        return 0.0
     raise Unsupported("activation checkpointing not understood")
 
 
@@ -355,7 +359,7 @@ def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[
 
 
 def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int, int],
-            sharding: tuple[int, bool], batch: tuple[int, int], recompute: bool, notes: list[str]) -> Plan:
+            sharding: tuple[int, bool], batch: tuple[int, int], recompute: float, notes: list[str]) -> Plan:
     """The Plan from the mapped pieces; Unsupported if Plan refuses the combination."""
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
     vpp = run.vpp or 1
@@ -367,10 +371,11 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     if overlap:
         notes.append("TP communication overlapped with GEMMs (--tp-comm-overlap / async TP)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload, micro_batch_size=mb,
-                    num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
-                    pp_virtual_stages=vpp, recompute=recompute, sequence_parallel=sp, nodes=nodes,
-                    devices_per_node=gpn)
+        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
+                    micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
+                    pp_virtual_stages=vpp, recompute=recompute > 0,
+                    recompute_interval=int(round(1.0 / recompute)) if recompute > 0 else 1,
+                    sequence_parallel=sp, nodes=nodes, devices_per_node=gpn)
     except ValueError as exc:
         raise Unsupported(f"Plan refuses: {_first_error(exc)}") from None
 
@@ -393,7 +398,7 @@ def plausible_rate(run: PublicRun, spec: Any, model: ModelSpec, precision: str) 
     from ..costmodel.analytical.compute import flops_per_token
 
     tps = run.tokens_per_s_per_gpu
-    if not tps or model.kind != "transformer":
+    if not tps or not run.seq_len or model.kind != "transformer":
         return
     peak = spec.tflops_fp32 if precision == "fp32" else spec.tflops_bf16
     need = flops_per_token(model, run.seq_len) * tps / 1e12

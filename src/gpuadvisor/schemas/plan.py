@@ -40,7 +40,11 @@ class Plan(Frozen):
     zero_allgather_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed allgather_bucket_size (elements)")
     zero_overlap_comm: bool = True
     zero_hpz_partition_size: int = Field(1, ge=1, description="ZeRO++ hpZ: secondary param shard group size (node)")
-    recompute: bool = Field(False, description="Full activation recompute (checkpointing) per layer")
+    recompute: bool = Field(False, description="Activation recompute (checkpointing): a checkpointed layer stores "
+                            "its input only and replays its forward in the backward")
+    recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
+                                    "layer (full), 2 = every other layer (torchtitan selective_ac_option '2', "
+                                    "Megatron --recompute-method block over half of each stage's layers)")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallel with TP")
     tp_comm_overlap: bool = Field(False, description="Overlap TP communication with the GEMMs that use it "
                                   "(Megatron-Core --tp-comm-overlap with Transformer Engine; torchtitan async TP); "
@@ -91,6 +95,8 @@ class Plan(Frozen):
         # Megatron's interleaved schedule needs m to be a multiple of pp (schedules.py).
         if self.pp_schedule == "interleaved" and self.num_micro_batches % self.pp:
             raise ValueError("interleaved 1F1B needs num_micro_batches divisible by pp")
+        if self.recompute_interval > 1 and not self.recompute:
+            raise ValueError("recompute_interval > 1 needs recompute=true (it picks which layers recompute)")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -125,6 +131,11 @@ class Plan(Frozen):
         if len(parts) == 1:
             return parts[0][0] + ep
         return "x".join(f"{n}{d}" for n, d in parts) + ep
+
+    @property
+    def recompute_fraction(self) -> float:
+        """Share of the layers that recompute: 0 without recompute, 1/recompute_interval with it."""
+        return 1.0 / self.recompute_interval if self.recompute else 0.0
 
     def per_replica_batch(self) -> int:
         """Sequences one data-parallel replica handles per optimizer step."""
