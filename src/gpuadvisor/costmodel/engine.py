@@ -500,7 +500,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     by tp only without expert parallelism —, the attention core and the LM head at their own; each also at its
     narrower side's compute.width_efficiency, the core at the family's attn_rel), non-GEMM work as bytes
     over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
-    host's dispatch of the layer's kernels (compute.launch_time_s). Full recompute replays the forward (×4/3).
+    host's dispatch of the layer's kernels (compute.launch_time_s). A recomputing layer replays its forward (×4/3;
+    `rc` is the share of layers that recompute).
     """
     if not ctx.transformer:
         flops = mb * ctx.fps
