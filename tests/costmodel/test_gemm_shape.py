@@ -91,3 +91,23 @@ def test_long_sequences_on_h100_price_the_attention_core_slower():
     # MPT-1b on 8 H100 from seq 2k to 64k: one level at every length (the 32k-64k rows read 0.70 at attn_rel 1)
     r = _ratios("MPT-1b", "H100")
     assert len(r) >= 8 and max(r) / min(r) < 1.3, r
+
+
+def test_blackwell_is_a_catalog_gpu_with_a_stated_prior():
+    from gpuadvisor.api import suggest
+    from gpuadvisor.hardware.cluster_file import cluster_from_dict
+
+    curve = gemm_curve("NVIDIA B200")
+    assert curve.family == "blackwell" and curve.e_max == pytest.approx(0.63)
+    # the prior keeps hopper's ratio to the maximum achievable matmul (mamf_matmul.csv: B200 1745, H100 794.5)
+    assert curve.e_max == pytest.approx(0.65 * (1745 / 2250) / (794.5 / 989), abs=0.01)
+    clus = cluster_from_dict({"nodes": [{"gpus": "8x B200", "topology": "NV18"}]}, name="hgx-b200")
+    assert suggest("llama-7b", cluster=clus, seq_len=4096, global_batch=256).ranking.top  # ranks, no unknown GPU
+    # 7B on 8 B200 at a plan both fit is faster than on 8 H100 by about the GEMM-rate ratio, not the peak ratio
+    h100 = cluster_from_dict({"nodes": [{"gpus": "8x H100 SXM", "topology": "NV18"}]}, name="hgx-h100")
+    from gpuadvisor.api import predict
+
+    plan = "dp=8,zero=3,mb=1,m=32,recompute=true"
+    b = predict("llama-7b", plan, cluster=clus, seq_len=4096, global_batch=256).tokens_per_s
+    h = predict("llama-7b", plan, cluster=h100, seq_len=4096, global_batch=256).tokens_per_s
+    assert h > 0 and 1.5 < b / h < 2250 / 989

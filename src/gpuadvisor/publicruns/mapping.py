@@ -51,6 +51,8 @@ GPU_ALIASES: tuple[tuple[str, str, str], ...] = (
                                              "entry H100 SXM (989 TFLOP/s, 3.35 TB/s); memory from the row"),
     (r"^H100( 80GB)?( SXM)?( \(inferred\))?$", "h100-sxm", "H100 form factor not stated: SXM assumed"),
     (r"^H200$", "h200", ""),
+    (r"^B200$", "b200", ""),
+    (r"^B300$", "b300", ""),
     (r"^V100 32GB", "v100-sxm2-32gb", ""),
     (r"^V100$", "v100-sxm2-32gb", "V100 memory not stated: SXM2 32GB assumed"),
 )
@@ -65,7 +67,10 @@ DEFAULT_INTERCONNECT: dict[str, tuple[str, str]] = {
 }
 
 #: DGX/HGX system names -> their compute fabric (datasheets; see knowledge/presets/hgx-h100-8x.yaml).
-SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100": "8x 200 Gb/s InfiniBand"}
+#: DGX B200: 8x single-port ConnectX-7 at up to 400 Gb/s InfiniBand (DGX B200 datasheet). DGX B300's ConnectX-8
+#: (800 Gb/s) has no links.yaml class, so its rows stay "network not stated".
+SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100": "8x 200 Gb/s InfiniBand",
+                                 "DGX-B200": "8x 400 Gb/s InfiniBand"}
 
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
