@@ -105,8 +105,12 @@ def test_rows_beyond_the_model_name_every_blocker(runs):
     with pytest.raises(Unsupported) as exc:
         to_inputs(fp8)
     assert {"fp8/fp4 precision", "context parallelism (CP>1)"} <= set(exc.value.reasons)
+    sm100 = _find(runs, gpu="NVIDIA Blackwell SM100+ (model not stated)")
+    with pytest.raises(Unsupported, match="GPU NVIDIA Blackwell SM100\\+ not in knowledge/gpus.yaml"):
+        to_inputs(sm100)
+    # GB200 is a catalog GPU, but the racks' rows do not say how many GPUs share a node
     gb200 = _find(runs, gpu="GB200", source_id="megatron_bridge_perf_summary")
-    with pytest.raises(Unsupported, match="GPU GB200 not in knowledge/gpus.yaml"):
+    with pytest.raises(Unsupported, match="GPUs per node not stated"):
         to_inputs(gb200)
 
 
