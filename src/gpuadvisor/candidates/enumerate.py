@@ -119,9 +119,7 @@ def row_plan(row: Sequence) -> Plan:
         f[k] = int(f[k])
     for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
-    # the recompute column is the share of layers that recompute (Plan.recompute_fraction): 0, 1 or 1/interval
-    rc = float(f["recompute"])
-    f["recompute"], f["recompute_interval"] = rc > 0, (int(round(1.0 / rc)) if rc > 0 else 1)
+    f.update(Plan.recompute_fields(float(f["recompute"])))  # the column is Plan.recompute_fraction
     f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
     f["comm_hook"] = HOOKS[int(f["comm_hook"])]
     f["mesh_order"] = ORDERS[int(f["mesh_order"])]

@@ -89,16 +89,16 @@ class _G:
         self.net_bw_per_flow, self.flows = arr("net_bw_per_flow"), arr("flows_per_nic")
         self.node_flows = arr("flows_per_node")  # over all of the busiest node's NICs (what trials measure)
         self.shared_chain = arr("shared_chain")
-        self.tree_bw = ctx.tree_bw
+        self.hier_min, self.tree_bw = ctx.hier_min, ctx.tree_bw  # the all-reduce algorithms in play
         self.kind_u = [g.kind for g in groups]
         self.kind = np.array(self.kind_u, dtype=object)[keys]
         self.keys = keys
 
-    def allreduce(self, size, hier_min: int):
+    def allreduce(self, size):
         """All-reduce on the placed group: min of the flat ring, NCCL's tree and the hierarchical one
         (comm.allreduce_s)."""
         return allreduce_s(size, self.n, self.nodes, self.per_node, self.bw, self.lat, self.intra_bw,
-                           self.intra_lat, self.flows, self.net_bw_per_flow, hier_min, self.tree_bw)
+                           self.intra_lat, self.flows, self.net_bw_per_flow, self.hier_min, self.tree_bw)
 
     def rs(self, size):
         return _rs(size, self.n, self.bw, self.lat)
@@ -250,7 +250,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     size = tokens * ctx.h * ctx.act_bytes
     n_coll = layers * (4.0 + 2.0 * rc)
     calls = np.where(sp, 2.0, 1.0)
-    t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, ctx.hier_min) / g_tp.per_kind(ctx.tp_eff, 1.0)
+    t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
     # overlapped TP (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers split each sequence-parallel
     # all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes or produces it; torchtitan
@@ -582,7 +582,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
     (algorithm, latency and host call): rings pay 2(n−1)·α per bucket, NCCL trees 2·log2(nodes)·α."""
     full = np.minimum(bucket, total)
     rest = total - (nb - 1) * full
-    return (nb - 1) * g.allreduce(full, ctx.hier_min) + g.allreduce(rest, ctx.hier_min) + nb * ctx.call_s
+    return (nb - 1) * g.allreduce(full) + g.allreduce(rest) + nb * ctx.call_s
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
@@ -616,14 +616,14 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     bucket = bucket_mb * 2 ** 20
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
     t = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
-    last = g.allreduce(np.minimum(bucket, gb_ddp), ctx.hier_min)
+    last = g.allreduce(np.minimum(bucket, gb_ddp))
     ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
     zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
     ag_after = g.rs(zgb) + ctx.call_s
     t1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
-    last1 = g.allreduce(np.minimum(zbucket, zgb), ctx.hier_min)
+    last1 = g.allreduce(np.minimum(zbucket, zgb))
     z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last

@@ -388,7 +388,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if vals.get("--recompute-method") == "block":
             # the first N layers of each model chunk recompute: every k-th layer with k = layers per chunk / N
             chunks = pp * int(rb.plan.get("pp_virtual_stages", 1))
-            layers = num("--num-layers", 0) if "--num-layers" in vals else 0
+            layers = num("--num-layers", 0)
             per_chunk = max(1, layers // chunks) if layers else 0
             n = num("--recompute-num-layers", 1)
             if per_chunk and 0 < n < per_chunk:

@@ -378,8 +378,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     try:
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
                     micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
-                    pp_virtual_stages=vpp, recompute=recompute > 0,
-                    recompute_interval=int(round(1.0 / recompute)) if recompute > 0 else 1,
+                    pp_virtual_stages=vpp, **Plan.recompute_fields(recompute),
                     sequence_parallel=sp, nodes=nodes, devices_per_node=gpn)
     except ValueError as exc:
         raise Unsupported(f"Plan refuses: {_first_error(exc)}") from None
@@ -393,7 +392,7 @@ def _first_error(exc: ValueError) -> str:
     return str(exc)
 
 
-def plausible_rate(run: PublicRun, spec: Any, model: ModelSpec, precision: str) -> None:
+def plausible_rate(run: PublicRun, spec: GpuSpec, model: ModelSpec, precision: str) -> None:
     """Unsupported when the row's measured tokens/s per GPU needs more model FLOP/s than the GPU's peak.
 
     6N + attention FLOPs per token (compute.flops_per_token, no recompute: the least any trainer does) times the

@@ -137,6 +137,12 @@ class Plan(Frozen):
         """Share of the layers that recompute: 0 without recompute, 1/recompute_interval with it."""
         return 1.0 / self.recompute_interval if self.recompute else 0.0
 
+    @staticmethod
+    def recompute_fields(share: float) -> dict[str, Any]:
+        """The recompute fields for a share of recomputing layers (the inverse of recompute_fraction):
+        0 -> none, 1 -> every layer, 1/k -> every k-th layer."""
+        return {"recompute": share > 0, "recompute_interval": int(round(1.0 / share)) if share > 0 else 1}
+
     def per_replica_batch(self) -> int:
         """Sequences one data-parallel replica handles per optimizer step."""
         return self.micro_batch_size * self.num_micro_batches

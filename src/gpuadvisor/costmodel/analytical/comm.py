@@ -453,8 +453,9 @@ def tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, bw_fact
     Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (NVIDIA blog, 2019): the two trees
     together keep most of the ring's bandwidth while the latency grows with log2(nodes) instead of the rank count,
     so NCCL picks trees for latency-bound sizes at scale and rings for large buffers. Bandwidth term as the flat
-    ring's over `bw_factor` (calibration network.nccl_tree_bw_factor); latency 2·(⌈log2 nodes⌉·α + (per_node − 1)·α_intra). Only across nodes: on one node NCCL rings (a
-    chain gains nothing), and this returns inf so that a min() with the ring keeps the ring."""
+    ring's over `bw_factor` (calibration network.nccl_tree_bw_factor); latency
+    2·(⌈log2 nodes⌉·α + (per_node − 1)·α_intra). Only across nodes: on one node NCCL rings (a chain gains nothing),
+    and this returns inf so that a min() with the ring keeps the ring."""
     k = np.maximum(np.asarray(nodes, dtype=float), 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = (2.0 * (n - 1) / n * size_bytes / (bw * bw_factor * GB)

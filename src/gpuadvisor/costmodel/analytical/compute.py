@@ -101,7 +101,7 @@ def gemm_size(rows, d_model: int, width_per_rank):
     falls as the micro-batch or the per-GPU slice shrinks (NVIDIA's "Matrix multiplication background" guide:
     tile and wave quantisation; the public H100 runs, benchmarks/fit_gemm_family.py). Works on arrays.
     """
-    return rows * np.minimum(d_model, width_per_rank) / 1e6
+    return rows * gemm_width(d_model, width_per_rank) / 1e6
 
 
 def gemm_width(d_model: int, width_per_rank):
