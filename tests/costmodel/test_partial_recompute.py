@@ -19,6 +19,12 @@ def test_interval_needs_recompute_and_round_trips():
     assert p.recompute_fraction == 0.5 and parse_plan(p.to_string()) == p
     assert parse_plan("dp=2,mb=2,m=2").recompute_fraction == 0.0
     assert parse_plan("dp=2,mb=2,m=2,recompute=true").recompute_fraction == 1.0
+    # an interval beyond the model's layers is refused in one line naming the range
+    from gpuadvisor.schemas import check_plan_for
+
+    wl = make_workload("gpt2", global_batch=4)
+    with pytest.raises(ValueError, match=r"recompute_interval=13 exceeds the 12 layers of 'gpt2.*use 1 to 12"):
+        check_plan_for(parse_plan("dp=2,mb=2,m=1,recompute=true,recompute_interval=13"), wl)
 
 
 def _three(spec: str, preset: str = "dgx-a100-8x", model: str = "llama-7b"):

@@ -63,6 +63,7 @@ def test_round_trip(tmp_path, spec, name):
     ("f.yaml", "distributed_type: MULTI_GPU\nnum_proceses: 4\n", "'num_proceses'"),
     ("g.txt", "--tensor-model-parallel-size 2 --pipeline-model-paralel-size 2", "'--pipeline-model-paralel-size'"),
     ("h.json", "{not json", "not valid JSON"),
+    ("i.toml", '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "-3"\n', "selective_ac_option must be"),
 ])
 def test_bad_keys_one_line(tmp_path, capsys, fname, text, key):
     (tmp_path / fname).write_text(text)

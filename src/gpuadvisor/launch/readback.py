@@ -215,14 +215,17 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     rb.plan["recompute"] = mode == "full"
     if mode == "selective":
         option = str(ac.get("selective_ac_option", "2"))
-        if option.isdigit() and int(option) >= 1:
+        if option == "op":
+            rb.notes.append("per-op selective activation checkpointing (selective_ac_option 'op') is not a plan "
+                            "dimension: predicted without recompute")
+        elif option.isdigit() and int(option) >= 1:
             # layer-level selective: every k-th transformer block checkpointed (recompute_interval k)
             rb.plan["recompute"] = True
             if int(option) > 1:
                 rb.plan["recompute_interval"] = int(option)
         else:
-            rb.notes.append("per-op selective activation checkpointing (selective_ac_option 'op') is not a plan "
-                            "dimension: predicted without recompute")
+            raise UserError(f"{where}: [activation_checkpoint] selective_ac_option must be 'op' or a whole number "
+                            f">= 1 (every k-th block), got {option!r}")
     if tp > 1 and not par.get("disable_loss_parallel", False):
         rb.plan["sequence_parallel"] = True  # torchtitan's TP plan shards norms/dropout along the sequence
         if par.get("enable_async_tensor_parallel", False):

@@ -247,5 +247,8 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
     chunks = plan.pp * plan.pp_virtual_stages
     if m.n_layers < chunks:
         raise ValueError(f"pp*virtual={chunks} exceeds the {m.n_layers} layers of '{m.name}'")
+    if plan.recompute_interval > m.n_layers:
+        raise ValueError(f"recompute_interval={plan.recompute_interval} exceeds the {m.n_layers} layers of "
+                         f"'{m.name}'; use 1 to {m.n_layers}")
     if plan.sequence_parallel and t.seq_len % plan.tp:
         raise ValueError(f"sequence parallel needs seq_len {t.seq_len} divisible by tp={plan.tp}")
