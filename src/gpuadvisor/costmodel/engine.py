@@ -18,7 +18,7 @@ from .analytical import Context
 from .analytical.comm import Group, allreduce_s
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
-from .analytical.compute import gemm_size, gemm_width, width_efficiency
+from .analytical.compute import layer_gemm_efficiency
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
 
@@ -495,10 +495,10 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
 def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
 
-    GEMMs at the family's saturating efficiency over each GEMM kind's size (compute.gemm_size: attention
-    projections at rows × min(h, q_dim/tp), the MLP at rows × min(h, width/tp) — a routed expert's width, split
-    by tp only without expert parallelism —, the attention core and the LM head at their own; each also at its
-    narrower side's compute.width_efficiency, the core at the family's attn_rel), non-GEMM work as bytes
+    GEMMs at the family's saturating efficiency, pass by pass (compute.layer_gemm_efficiency: attention
+    projections of per-rank width q_dim/tp, the MLP of width/tp — a routed expert's width, split by tp only
+    without expert parallelism —, the attention core and the LM head at their own; the core at the family's
+    attn_rel), non-GEMM work as bytes
     over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
     host's dispatch of the layer's kernels (compute.launch_time_s). A recomputing layer replays its forward (×4/3;
     `rc` is the share of layers that recompute).
@@ -510,9 +510,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = 1.0 + rc * ctx.fwd_frac  # a recomputing layer replays its forward (1/3 of 6N; more with adapters)
     def rate(rows, width):
-        # saturating in the GEMM's size (rows × narrower side) and in its narrower side alone (compute.gemm_width)
-        w = gemm_width(ctx.h, width)
-        return ctx.rate_max * width_efficiency(w, ctx.w_half) / (1.0 + ctx.x_half / gemm_size(rows, ctx.h, width))
+        # saturating in each pass's output size and reduction length (compute.layer_gemm_efficiency)
+        return ctx.rate_max * layer_gemm_efficiency(rows, ctx.h, width, ctx.x_half, ctx.w_half)
     # a TP GEMM keeps its tokens and one side at h; it narrows only where the split width falls below h (issue
     # 13: sizing every GEMM at tokens·h/tp made TP-8 runs of large models ~1.5x too slow on H100)
     fs = ctx.flops_split

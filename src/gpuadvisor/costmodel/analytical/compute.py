@@ -125,6 +125,27 @@ def width_efficiency(width, w_half: float):
     return width / (width + w_half)
 
 
+def layer_gemm_efficiency(rows, d_model: int, width_per_rank, x_half: float, w_half: float):
+    """Share of the family's large-GEMM rate a column-/row-parallel GEMM pair reaches, over its three passes.
+
+    Forward, data-gradient and weight-gradient passes each do a third of the pair's FLOPs, so the pair's rate is
+    the harmonic mean of theirs. With per-rank width w = width/tp below h (Shoeybi et al. 2019 §3: TP splits w
+    and keeps h), one pass writes a rows × w output reducing over h, one writes rows × h reducing over the short
+    w, and the weight gradient (an h × w output reducing over the rows) runs as the unsplit GEMM does (split-K /
+    stream-K fill the GPU from its long reduction). Each pass: size term x / (x + x_half), x its output in
+    millions of elements (tile and wave fill), times width_efficiency of its reduction length. Without a split
+    narrower than h the three passes are one: rows × h at width_efficiency(h), the curve the public FSDP runs
+    were fitted on (benchmarks/fit_gemm_family.py). Charging the split side to every pass made the Megatron-Core
+    TP-8 runs 1.3-1.5x too slow at per-rank widths of 896-1024 (issue 13). Works on arrays.
+    """
+    w = gemm_width(d_model, width_per_rank)
+    s_narrow = 1.0 / (1.0 + x_half / gemm_size(rows, d_model, width_per_rank))
+    s_full = 1.0 / (1.0 + x_half / gemm_size(rows, d_model, d_model))
+    k_full = width_efficiency(np.asarray(d_model, dtype=float), w_half)
+    k_narrow = width_efficiency(w, w_half)
+    return 3.0 / (1.0 / (s_narrow * k_full) + 1.0 / (s_full * k_narrow) + 1.0 / (s_full * k_full))
+
+
 def layer_flops_split(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> dict[str, float]:
     """`layer_flops_per_token` split by the GEMMs that do it: attention projections (Q, K, V, O), the MLP
     (dense, shared and routed experts; router and norms ride along), the attention core (scores and values).
