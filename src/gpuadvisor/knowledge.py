@@ -31,6 +31,8 @@ class GpuSpec(Frozen):
         "(GDDR datacenter cards: 1/16, CUDA C++ Best Practices Guide; HBM keeps ECC out of band: 0)")
     tflops_bf16: float = Field(description="Dense bf16/fp16 tensor peak with fp32 accumulate, TFLOP/s")
     tflops_fp32: float = Field(description="Dense fp32 non-tensor peak, TFLOP/s")
+    tflops_fp8: float = Field(0.0, ge=0.0, description="Dense FP8 tensor peak with fp32 accumulate, TFLOP/s "
+                              "(Ada, Hopper, Blackwell); 0: no FP8 tensor cores")
     memory_bandwidth_gb_per_s: float
     nvlink_gb_per_s: float = Field(0.0, description="Total bidirectional NVLink bandwidth per GPU, 0 if none")
     nvlink_links: int = Field(0, description="NVLink links per GPU")

@@ -104,7 +104,12 @@ def test_rows_beyond_the_model_name_every_blocker(runs):
     fp8 = _find(runs, source_id="torchtitan_llama3_h100_202412", cp=2)
     with pytest.raises(Unsupported) as exc:
         to_inputs(fp8)
-    assert {"fp8/fp4 precision", "context parallelism (CP>1)"} <= set(exc.value.reasons)
+    assert "context parallelism (CP>1)" in exc.value.reasons
+    assert not any("fp8" in r.lower() for r in exc.value.reasons)  # FP8 itself is priced now
+    nvfp4 = next(r for r in runs if "nvfp4" in r.precision.lower())
+    with pytest.raises(Unsupported) as exc:
+        to_inputs(nvfp4, approximate=list(LIMITS))
+    assert "fp4/fp6 precision" in exc.value.reasons
     sm100 = _find(runs, gpu="NVIDIA Blackwell SM100+ (model not stated)")
     with pytest.raises(Unsupported, match="GPU NVIDIA Blackwell SM100\\+ not in knowledge/gpus.yaml"):
         to_inputs(sm100)
@@ -258,3 +263,28 @@ def test_cluster_from_dict_builds_and_names_bad_fields():
     assert c.num_devices == 16 and c.network.link_speed_gbit_per_s == 400
     with pytest.raises(UserError, match=r"nodes\[0\]\.gpus: unknown GPU 'A7000'"):
         cluster_from_dict({"nodes": [{"gpus": "8x A7000"}]}, name="x")
+
+
+def test_fp8_rows_map_to_fp8_training_and_finer_recipes_are_an_approximation(runs):
+    mpt = next(r for r in runs if r.source_id == "llmfoundry_mpt_benchmarks" and "fp8" in r.precision.lower())
+    assert to_inputs(mpt).workload.training.precision == "fp8"
+    rowwise = next(r for r in runs if "rowwise" in r.precision)
+    with pytest.raises(Unsupported, match="finer than per-tensor"):
+        to_inputs(rowwise, approximate=[a for a in LIMITS if a != "fp8-recipe"])
+    inp = to_inputs(rowwise, approximate=list(LIMITS))
+    assert inp.workload.training.precision == "fp8"
+    assert any("approximation fp8-recipe" in a for a in inp.assumptions)
+    # MX block scaling is the Blackwell tensor cores' own FP8: priced without an approximation there
+    mx = next(r for r in runs if r.precision.startswith("MXFP8") and r.gpu == "B200" and r.gpus_per_node)
+    try:
+        inp = to_inputs(mx, approximate=[a for a in LIMITS if a != "fp8-recipe"])
+    except Unsupported as exc:
+        assert not any("per-tensor" in r for r in exc.reasons), exc.reasons
+    else:
+        assert inp.workload.training.precision == "fp8"
+
+
+def test_lora_phase_rows_are_refused_not_priced_as_full_training(runs):
+    lora = next(r for r in runs if "phase=LoRA" in r.other_opts)
+    with pytest.raises(Unsupported, match="LoRA fine-tuning"):
+        to_inputs(lora, approximate=list(LIMITS))

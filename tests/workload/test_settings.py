@@ -31,7 +31,7 @@ def test_batch_and_tokens_must_agree():
 @pytest.mark.parametrize("kwargs,match", [
     ({"seq_len": 0}, "seq_len must be a positive integer"),
     ({"global_batch": -2}, "global_batch must be a positive integer"),
-    ({"precision": "fp8"}, "unknown precision 'fp8'"),
+    ({"precision": "fp4"}, "unknown precision 'fp4'"),
     ({"optimizer": "lion"}, "unknown optimizer"),
     ({"token_budget": 0}, "token_budget must be positive"),
 ])

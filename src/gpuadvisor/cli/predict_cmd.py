@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), default=None)
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), default=None,
                    help="default: dp*mb*m of the plan")
-    p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32", "fp8"])
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")

@@ -29,7 +29,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="size (1.5B, 350M, 7B), preset (gpt2-xl, llama-7b, resnet18) or a HF config.json path")
     p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="tokens per sequence")
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="sequences per optimizer step (all ranks)")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16")
 
 
 def add_finetune_args(p: argparse.ArgumentParser) -> None:

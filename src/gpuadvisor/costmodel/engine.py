@@ -522,10 +522,16 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     mlp_rows = tokens
     if ctx.top_k:
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
+    core_rate = ctx.attn_rel * ctx.core_rate_max * layer_gemm_efficiency(tokens, ctx.h, ctx.h, ctx.core_x_half,
+                                                                          ctx.core_w_half)
     t_layer = tokens * extra / tp * (fs["proj"] / rate(tokens, ctx.q_width / tp)
                                      + fs["mlp"] / rate(mlp_rows, mlp_w)
-                                     + fs["core"] / (ctx.attn_rel * rate(tokens, ctx.h)))
-    t_layer = t_layer + tokens * extra * ctx.elem_traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
+                                     + fs["core"] / core_rate)
+    traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
+    t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
+    if ctx.fp8_weight_cast:
+        # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
+        t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp

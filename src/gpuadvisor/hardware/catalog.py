@@ -55,6 +55,7 @@ def device_from_spec(
         compute_capability=extra.pop("compute_capability", None) or spec.compute_capability,
         peak_tflops_bf16=spec.tflops_bf16,
         peak_tflops_fp32=spec.tflops_fp32,
+        peak_tflops_fp8=spec.tflops_fp8,
         memory_bandwidth_gb_per_s=spec.memory_bandwidth_gb_per_s,
         rate_source=rate_source,
         pcie_gen=pcie_gen if pcie_gen is not None else (spec.pcie_gen if spec.kind == "gpu" else None),

@@ -72,7 +72,8 @@ def model_flops_per_token(workload: Workload) -> Optional[float]:
 
 
 def peak_flops(device: Device, precision: str) -> float:
-    """Dense peak FLOP/s of a device at the training precision (bf16/fp16 tensor cores, else fp32)."""
+    """Dense peak FLOP/s of a device at the training precision (bf16/fp16 tensor cores, else fp32). An fp8 run's
+    MFU is against the bf16 peak, as torchtitan's (`get_peak_flops`) and most published FP8 tables state it."""
     tflops = device.peak_tflops_fp32 if precision == "fp32" else device.peak_tflops_bf16
     return tflops * 1e12
 

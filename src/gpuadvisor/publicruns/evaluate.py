@@ -15,8 +15,9 @@ from .load import PublicRun
 from .mapping import Unsupported, to_inputs
 from .metrics import kendall_tau, mape, megatron_flops_per_token, regret
 
-#: Rows with the same key ran the same job (model, GPUs, batch): their configs are ranked against each other.
-GROUP_FIELDS = ("source_id", "model_name", "gpu", "gpus", "global_batch", "seq_len")
+#: Rows with the same key ran the same job (model, GPUs, batch, numeric recipe): their configs are ranked against
+#: each other. Precision is part of the job: FP8 scaling recipes of one model are not configs the advisor ranks.
+GROUP_FIELDS = ("source_id", "model_name", "gpu", "gpus", "global_batch", "seq_len", "precision")
 MIN_GROUP = 3
 GIB = 1024**3
 TAU_GOOD = 0.8
@@ -94,7 +95,8 @@ def _groups(outcomes: list[Outcome]) -> list[list[Outcome]]:
     for o in outcomes:
         if o.used:
             by[group_key(o.run)].append(o)
-    return [g for g in by.values() if len(g) >= MIN_GROUP]
+    # repeats of one plan (the same config measured in several releases) rank nothing: at least two plans
+    return [g for g in by.values() if len(g) >= MIN_GROUP and len({o.plan for o in g}) >= 2]
 
 
 def _scaling_groups(outcomes: list[Outcome]) -> list[list[Outcome]]:

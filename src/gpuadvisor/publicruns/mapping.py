@@ -38,10 +38,15 @@ LIMITS: dict[str, str] = {
     "selective-recompute": "selective recompute -> none (per-op selective checkpointing and unstated "
                            "fractions are not a Plan dimension; layer-level every other block is)",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
+    "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
+                  "scaling on Hopper) -> per-tensor FP8 (their extra scale traffic and slower GEMMs are not priced)",
 }
 
-#: Precision words the cost model cannot price (it has bf16/fp16/fp32 only).
-LOW_PRECISION = re.compile(r"fp8|float8|fp4|nvfp4|mxfp8|fp6", re.IGNORECASE)
+#: Precision words the cost model cannot price (4- and 6-bit training).
+LOW_PRECISION = re.compile(r"fp4|nvfp4|mxfp4|fp6", re.IGNORECASE)
+#: FP8 training in any of its scaling recipes (delayed, current "CS", blockwise "32x32"/"128x128", MX block
+#: scaling "MXFP8" on Blackwell): the Linears at the FP8 tensor rate (Workload precision "fp8").
+FP8 = re.compile(r"fp8|float8", re.IGNORECASE)
 
 #: Published GPU names -> catalog key and what the choice assumes. Names not here go to gpu_spec() as is.
 GPU_ALIASES: tuple[tuple[str, str, str], ...] = (
@@ -229,11 +234,20 @@ def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[
 # ---------------------------------------------------------------- workload
 
 
-def precision_of(run: PublicRun, spec: Optional[GpuSpec], notes: list[str]) -> str:
-    """bf16 / fp16 / fp32; fp8 and fp4 are beyond today's cost model."""
+def precision_of(run: PublicRun, spec: Optional[GpuSpec], approximate: Collection[str], notes: list[str]) -> str:
+    """bf16 / fp16 / fp32 / fp8 (every FP8 scaling recipe); fp4 and fp6 are beyond today's cost model."""
     text = run.precision.lower()
     if LOW_PRECISION.search(text):
-        raise Unsupported("fp8/fp4 precision")
+        raise Unsupported("fp4/fp6 precision")
+    if FP8.search(text):
+        if spec is not None and not spec.tflops_fp8:
+            raise Unsupported(f"fp8 on {spec.key}, which has no FP8 tensor cores")
+        # per-tensor recipes are what the cost model prices; MX block scaling is native to Blackwell's tensor cores
+        native_mx = spec is not None and spec.key.startswith(("b2", "b3", "gb"))
+        finer = re.search(r"rowwise|block|32x32|128x128", text) or (re.search(r"mx", text) and not native_mx)
+        if finer:
+            _limit("fp8-recipe", "FP8 with finer than per-tensor scaling", approximate, notes)
+        return "fp8"
     for word in ("bf16", "fp16", "fp32"):
         if word in text:
             return word
@@ -404,7 +418,7 @@ def plausible_rate(run: PublicRun, spec: GpuSpec, model: ModelSpec, precision: s
     tps = run.tokens_per_s_per_gpu
     if not tps or not run.seq_len or model.kind != "transformer":
         return
-    peak = spec.tflops_fp32 if precision == "fp32" else spec.tflops_bf16
+    peak = {"fp32": spec.tflops_fp32, "fp8": spec.tflops_fp8}.get(precision, spec.tflops_bf16)
     need = flops_per_token(model, run.seq_len) * tps / 1e12
     if peak and need > peak:
         raise Unsupported(f"measured rate implausible ({need:.0f} model TFLOP/s per GPU > {peak:.0f} peak)")
@@ -431,7 +445,9 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     if not run.measured_iter_time_s:
         reasons.append("no measured time or throughput")
     spec = attempt(gpu_of, run, notes)
-    precision = attempt(precision_of, run, spec, notes)
+    precision = attempt(precision_of, run, spec, approximate, notes)
+    if re.search(r"phase=LoRA", run.other_opts):
+        reasons.append("LoRA fine-tuning (adapter rank and targets not stated)")
     model = attempt(model_of, run, notes)
     degrees = attempt(degrees_of, run)
     placement = attempt(placement_of, run)

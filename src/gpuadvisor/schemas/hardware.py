@@ -43,6 +43,7 @@ class Device(Frozen):
     compute_capability: Optional[str] = None
     peak_tflops_bf16: TFlops = Field(description="Dense bf16/fp16 tensor peak, TFLOP/s")
     peak_tflops_fp32: TFlops = Field(description="Dense fp32 (non-tensor) peak, TFLOP/s")
+    peak_tflops_fp8: float = Field(0.0, ge=0.0, description="Dense FP8 tensor peak, TFLOP/s; 0: no FP8 tensor cores")
     memory_bandwidth_gb_per_s: MemBandwidth = Field(description="Device memory bandwidth, GB/s")
     achieved_tflops: Optional[TFlops] = Field(None, description="Measured large-GEMM rate, TFLOP/s (matmul probe)")
     rate_source: RateSource = "catalog"

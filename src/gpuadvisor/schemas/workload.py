@@ -8,7 +8,9 @@ from pydantic import Field, model_validator
 
 from ._base import Frozen
 
-Precision = Literal["fp32", "bf16", "fp16"]
+#: fp8: FP8 tensor-core GEMMs in the Linear layers (Transformer Engine / torchao float8 training) with bf16
+#: everywhere else (attention core, norms, gradients, fp32 master weights and Adam states).
+Precision = Literal["fp32", "bf16", "fp16", "fp8"]
 
 
 #: Largest transformer shape accepted (10x beyond today's largest published models).

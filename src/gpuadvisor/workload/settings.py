@@ -13,7 +13,7 @@ from .specs import resolve_preset
 
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_GLOBAL_BATCH = SMALL_MODEL_BATCH  # training_settings alone; make_workload uses batch_defaults.default_batch
-_PRECISIONS = ("fp32", "bf16", "fp16")
+_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ...errors import UserError
 from ...schemas import Cluster, Workload
 from ...schemas.workload import ALL_LINEAR
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
@@ -48,6 +49,11 @@ class Context:
         self.x_half = curve.x_half
         self.w_half = curve.w_half
         self.attn_rel = curve.attn_rel
+        # the attention core's own curve: the GEMMs' (bf16 FlashAttention/SDPA even when the Linears run FP8)
+        self.core_rate_max, self.core_x_half, self.core_w_half = self.rate_max, self.x_half, self.w_half
+        self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
+        if t.precision == "fp8" and self.transformer and dev.kind == "gpu":
+            self._fp8(dev, cal)
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
@@ -136,6 +142,25 @@ class Context:
             self.fused_attention = True
             self._finetune(workload, cal)
         self.single_best_tps: Optional[float] = None
+
+    def _fp8(self, dev, cal: dict) -> None:
+        """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).
+
+        The Linears' GEMMs run on the FP8 peak at `large_gemm_ratio` of the bf16 curve's share of it, and their
+        size and width half-points scale by the rate ratio (the same shape finishes its math in half the time,
+        its fill and epilogue do not); the attention core stays on the bf16 curve. Casting costs HBM traffic:
+        every Linear input and output gradient is scanned for its scale and written in FP8
+        (`cast_traffic_per_h`), every weight once per pass (`weight_cast_bytes_per_param`).
+        """
+        if not dev.peak_tflops_fp8:
+            raise UserError(f"{dev.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
+                            "use --precision bf16")
+        f8 = cal["fp8"]
+        ratio = dev.peak_tflops_fp8 / dev.peak_tflops_bf16
+        self.rate_max = self.rate_max * ratio * float(f8["large_gemm_ratio"])
+        self.x_half, self.w_half = self.x_half * ratio, self.w_half * ratio
+        self.fp8_cast_traffic = float(f8["cast_traffic_per_h"])
+        self.fp8_weight_cast = float(f8["weight_cast_bytes_per_param"])
 
     def _finetune(self, workload: Workload, cal: dict) -> None:
         """What training changes with full fine-tuning or adapters (LoRA/QLoRA; workload.finetune has sources).

@@ -15,7 +15,7 @@ from ..widgets import Field
 from ..wording import error_line
 from .base import StepScreen
 
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
