@@ -139,28 +139,32 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
 @typed
 def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
-                  allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None) -> Workload:
+                  allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
+                  attention_kernel: str = "flash") -> Workload:
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
+    attention_kernel: "flash" (FlashAttention-2 / PyTorch SDPA: the bundled trainers, DeepSpeed, torchtitan, HF) or
+    "cudnn" (Transformer Engine's cuDNN fused attention: Megatron-Core, NeMo).
     Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
     return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    token_budget=token_budget, allow_batch_change=allow_batch_change,
-                                   finetune=finetune)[0]
+                                   finetune=finetune, attention_kernel=attention_kernel)[0]
 
 
 @typed
 def make_workload_explained(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                             precision: str = "bf16", token_budget: Optional[float] = None,
-                            allow_batch_change: bool = False,
-                            finetune: Union[FineTune, str, None] = None) -> tuple[Workload, Optional[BatchDefault]]:
+                            allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
+                            attention_kernel: str = "flash") -> tuple[Workload, Optional[BatchDefault]]:
     """make_workload's Workload and, when its global batch is the default (no global_batch given), a BatchDefault
     (global_batch, why: where that batch comes from); None when the batch was given."""
     from .workload.settings import workload_and_default
 
     kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                   token_budget=token_budget, allow_batch_change=allow_batch_change).items()
+                                   attention_kernel=attention_kernel, token_budget=token_budget,
+                                   allow_batch_change=allow_batch_change).items()
               if v is not None}
     return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
 
@@ -194,7 +198,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             global_batch: Optional[int] = None, precision: str = "bf16", token_budget: Optional[float] = None,
             allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
             price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
-            use_learned: bool = False, finetune: Union[FineTune, str, None] = None) -> Suggestion:
+            use_learned: bool = False, finetune: Union[FineTune, str, None] = None,
+            attention_kernel: str = "flash") -> Suggestion:
     """Rank every feasible plan for `model` on the cluster and return the winner's launch config.
 
     Args:
@@ -206,6 +211,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         use_learned: apply the learned correction fitted on knowledge/ and local measurements.
         finetune: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); with a Workload
             it replaces the workload's own.
+        attention_kernel: "flash" (FlashAttention-2 / SDPA, default) or "cudnn" (Transformer Engine, as Megatron-Core
+            and NeMo run it).
     """
     from .workload.finetune import trainable_params
     from .launch import build_launch
@@ -220,7 +227,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     else:
         wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                              token_budget=token_budget, allow_batch_change=allow_batch_change,
-                                             finetune=finetune)
+                                             finetune=finetune, attention_kernel=attention_kernel)
     if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
@@ -238,7 +245,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
 def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False,
-            finetune: Union[FineTune, str, None] = None) -> Prediction:
+            finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash") -> Prediction:
     """Predict throughput, step-time and memory breakdown for one given plan.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
@@ -251,7 +258,8 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     if global_batch is None and not isinstance(model, Workload):
         global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                   attention_kernel=attention_kernel)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
 

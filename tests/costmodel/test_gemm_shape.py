@@ -54,7 +54,10 @@ def test_megatron_tp8_rows_are_not_slower_than_its_tp1_row_by_the_split():
     ratio = {}
     for ref in ("megatron_lm:1", "megatron_lm:4"):
         inp = to_inputs(runs[ref], ("micro-batch", "recompute-unstated"))
-        ratio[ref] = evaluate(inp.plan, Context(inp.cluster, inp.workload)).step_s / runs[ref].measured_iter_time_s
+        # one attention kernel for both (cuDNN's, which the rows ran, moves the TP-1 row's larger core share more)
+        wl = inp.workload.model_copy(update={"training": inp.workload.training.model_copy(
+            update={"attention_kernel": "flash"})})
+        ratio[ref] = evaluate(inp.plan, Context(inp.cluster, wl)).step_s / runs[ref].measured_iter_time_s
     assert ratio["megatron_lm:4"] < 1.4, ratio
     assert ratio["megatron_lm:4"] / ratio["megatron_lm:1"] < 1.15, ratio
 
@@ -144,3 +147,35 @@ def test_blackwell_is_a_catalog_gpu_with_a_stated_prior():
     b = predict("llama-7b", plan, cluster=clus, seq_len=4096, global_batch=256).tokens_per_s
     h = predict("llama-7b", plan, cluster=h100, seq_len=4096, global_batch=256).tokens_per_s
     assert h > 0 and 1.5 < b / h < 2250 / 989
+
+
+def test_cudnn_attention_speeds_up_only_the_core_and_only_where_flashattention_2_lags():
+    from gpuadvisor.errors import UserError
+
+    plan = parse_plan("dp=8,zero=3,mb=1,m=4")
+    def step(preset, kernel):
+        wl = make_workload("llama-7b", seq_len=8192, global_batch=32, attention_kernel=kernel)
+        return evaluate(plan, Context(load_preset(preset), wl))
+    flash, cudnn = step("hgx-h100-8x", "flash"), step("hgx-h100-8x", "cudnn")
+    ctx = Context(load_preset("hgx-h100-8x"), make_workload("llama-7b", seq_len=8192, global_batch=32))
+    share = ctx.flops_split["core"] / sum(ctx.flops_split.values())
+    # the core at FlashAttention-2's half rate costs 2 x its FLOP share; at the GEMM rate 1 x: the step saves ~share
+    saved = (flash.compute_s - cudnn.compute_s) / flash.compute_s
+    assert 0.5 * share < saved < 1.5 * share
+    # A100: FlashAttention-2 already runs at the GEMM rate there (attn_rel 1): no change
+    assert step("dgx-a100-8x", "cudnn").step_s == pytest.approx(step("dgx-a100-8x", "flash").step_s)
+    with pytest.raises(UserError, match="unknown attention kernel 'fa3'; use one of flash, cudnn"):
+        make_workload("llama-7b", attention_kernel="fa3")
+
+
+def test_transformer_engine_frameworks_map_to_cudnn_attention():
+    kernels = {}
+    for run in load_runs():
+        if run.source_id in ("megatron_h100_weak_scaling_table", "llmfoundry_mpt_benchmarks", "fms_fsdp_readme"):
+            try:
+                inp = to_inputs(run, ("micro-batch", "recompute-unstated"))
+            except Exception:
+                continue
+            kernels.setdefault(run.source_id, set()).add(inp.workload.training.attention_kernel)
+    assert kernels == {"megatron_h100_weak_scaling_table": {"cudnn"}, "llmfoundry_mpt_benchmarks": {"flash"},
+                       "fms_fsdp_readme": {"flash"}}

@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), default=None,
                    help="default: dp*mb*m of the plan")
     p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32", "fp8"])
+    p.add_argument("--attention-kernel", default=None, choices=["flash", "cudnn"],
+                   help="fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA (bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN attention (Megatron-Core, NeMo)")
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         settings["seq_len"] = args.seq_len
     if args.precision:
         settings["precision"] = args.precision
+    if args.attention_kernel:
+        settings["attention_kernel"] = args.attention_kernel
     if args.token_budget:
         settings["token_budget"] = args.token_budget
     from ..costmodel.combine import estimate

@@ -20,13 +20,15 @@ from ..paths import knowledge_dir
 class GemmCurve:
     """Saturating efficiency curve e(x) = e_max * x / (x + x_half), times width / (width + w_half) for a layer
     GEMM whose narrower side is `width` (compute.width_efficiency; w_half 0: no width term). The attention core
-    (FlashAttention/SDPA) runs at `attn_rel` times the GEMM rate of its size."""
+    (FlashAttention-2 / PyTorch SDPA) runs at `attn_rel` times the GEMM rate of its size, cuDNN's fused attention
+    (Transformer Engine) at `attn_rel_cudnn`."""
 
     family: str
     e_max: float
     x_half: float
     w_half: float = 0.0
     attn_rel: float = 1.0
+    attn_rel_cudnn: float = 1.0
 
     def efficiency(self, x: float) -> float:
         """Fraction of peak at GEMM size x (millions of elements, or GFLOP for generic models)."""
@@ -69,8 +71,9 @@ def gemm_curve(device_name: str, spec_key: Optional[str] = None, generic: bool =
         return GemmCurve("generic", float(g["e_max"]), float(g["x_half"]))
     fam = gpu_family(device_name, spec_key, cal)
     f = ge["families"][fam]
-    return GemmCurve(fam, float(f["e_max"]), float(f["x_half"]), float(f.get("w_half", 0.0)),
-                     float(f.get("attn_rel", 1.0)))
+    attn = float(f.get("attn_rel", 1.0))
+    return GemmCurve(fam, float(f["e_max"]), float(f["x_half"]), float(f.get("w_half", 0.0)), attn,
+                     float(f.get("attn_rel_cudnn", attn)))
 
 
 def pcie_host_bandwidth(gen: Optional[int], cal: Optional[dict] = None) -> float:

@@ -79,6 +79,10 @@ SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100
 
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
+#: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
+#: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). Megatron-DeepSpeed
+#: and the PyTorch stacks run FlashAttention-2 / SDPA.
+TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
 
 
 class RunInputs(NamedTuple):
@@ -466,5 +470,9 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         raise Unsupported(*reasons)
     assert cluster is not None  # built whenever no reason was recorded
     plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes)
-    training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision)
+    kernel = "cudnn" if TE_FRAMEWORKS.search(run.framework) else "flash"
+    if kernel == "cudnn":
+        notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
+    training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
+                                attention_kernel=kernel)
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

@@ -11,6 +11,10 @@ from ._base import Frozen
 #: fp8: FP8 tensor-core GEMMs in the Linear layers (Transformer Engine / torchao float8 training) with bf16
 #: everywhere else (attention core, norms, gradients, fp32 master weights and Adam states).
 Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+#: The attention kernel the training stack runs: "flash" is FlashAttention-2 (PyTorch SDPA's default fused kernel
+#: on GPUs, flash-attn 2, Hugging Face, DeepSpeed, torchtitan, the bundled trainers); "cudnn" is cuDNN's fused
+#: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell).
+AttentionKernel = Literal["flash", "cudnn"]
 
 
 #: Largest transformer shape accepted (10x beyond today's largest published models).
@@ -154,6 +158,8 @@ class TrainingSettings(Frozen):
     seq_len: int = Field(1024, description="Tokens per sequence (ignored for generic models)")
     global_batch: int = Field(8, description="Sequences (or samples) per optimizer step, all ranks together")
     precision: Precision = "bf16"
+    attention_kernel: AttentionKernel = Field("flash", description="Fused attention kernel of the training stack: "
+                                              "flash (FlashAttention-2, PyTorch SDPA) or cudnn (Transformer Engine)")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

@@ -14,6 +14,7 @@ from .specs import resolve_preset
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_GLOBAL_BATCH = SMALL_MODEL_BATCH  # training_settings alone; make_workload uses batch_defaults.default_batch
 _PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+_ATTENTION = ("flash", "cudnn")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
@@ -26,6 +27,7 @@ def _positive(name: str, value: Any, flag: str) -> int:
 
 def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                       tokens_per_step: Optional[int] = None, precision: str = "bf16", *,
+                      attention_kernel: str = "flash",
                       optimizer: str = "adamw", allow_recompute: bool = True, allow_batch_change: bool = False,
                       token_budget: Optional[float] = None, model: Optional[ModelSpec] = None,
                       default_seq_len: Optional[int] = None,
@@ -42,6 +44,8 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
     generic = model is not None and model.kind == "generic"
     if precision not in _PRECISIONS:
         raise UserError(f"unknown precision '{precision}'; use one of {', '.join(_PRECISIONS)}")
+    if attention_kernel not in _ATTENTION:
+        raise UserError(f"unknown attention kernel '{attention_kernel}'; use one of {', '.join(_ATTENTION)}")
     if optimizer not in _OPTIMIZERS:
         raise UserError(f"unknown optimizer '{optimizer}'; use one of {', '.join(_OPTIMIZERS)}")
     if seq_len is None:
@@ -72,7 +76,7 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"token_budget must be positive, got {token_budget!r}")
     try:
         return TrainingSettings(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                optimizer=optimizer, allow_recompute=allow_recompute,
+                                attention_kernel=attention_kernel, optimizer=optimizer, allow_recompute=allow_recompute,
                                 allow_batch_change=allow_batch_change, token_budget=token_budget)
     except ValueError as exc:
         raise UserError(f"training settings: {_first_error(exc)}") from None
@@ -108,7 +112,8 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     unknown = set(settings) - (set(inspect.signature(training_settings).parameters) - {"model"})
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(sorted(unknown))}; known: seq_len, global_batch, "
-                        "tokens_per_step, precision, optimizer, allow_recompute, allow_batch_change, token_budget")
+                        "tokens_per_step, precision, attention_kernel, optimizer, allow_recompute, allow_batch_change, "
+                        "token_budget")
     if preset is not None:
         settings.setdefault("default_seq_len", preset.default_seq_len)
         if preset.default_precision and "precision" not in settings:

@@ -48,7 +48,8 @@ class Context:
         self.rate_max = peak * 1e12 * min(e_max, 0.95)
         self.x_half = curve.x_half
         self.w_half = curve.w_half
-        self.attn_rel = curve.attn_rel
+        # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2 or cuDNN's
+        self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
         # the attention core's own curve: the GEMMs' (bf16 FlashAttention/SDPA even when the Linears run FP8)
         self.core_rate_max, self.core_x_half, self.core_w_half = self.rate_max, self.x_half, self.w_half
         self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
