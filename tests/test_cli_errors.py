@@ -13,6 +13,10 @@ from gpuadvisor.cli import main
     (["suggest", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--global-batch", "0"], "--global-batch"),
     (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--plan", "dp=2,bogus=1"], "unknown plan key"),
     (["probe", "--topo-file", "/nonexistent/topo.txt"], "/nonexistent/topo.txt"),
+    (["predict", "--model", "llama-7b", "--preset", "dgx-a100-8x", "--plan", "dp=8,zero=3,mb=1,m=1",
+      "--precision", "fp8"], "no FP8 tensor cores"),
+    (["predict", "--model", "llama-7b", "--preset", "hgx-h100-8x", "--plan", "dp=8,zero=3,mb=1,m=1",
+      "--attention-kernel", "fa3"], "--attention-kernel"),
 ])
 def test_bad_input_is_one_line(argv, needle, capsys):
     rc = main(argv)
@@ -42,3 +46,4 @@ def test_output_into_a_closed_pipe_is_quiet():
     proc = subprocess.run(f"{sys.executable} -m gpuadvisor suggest --model 1.5B --preset a6000-4x-pcie | head -1",
                           shell=True, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
+

@@ -67,12 +67,13 @@ def describe_cluster(c: Cluster) -> str:
 
 
 def describe_workload(w: Workload) -> str:
-    """One line: model name, params, seq len, batch, precision."""
+    """One line: model name, params, seq len, batch, precision (and cuDNN attention when asked for)."""
     m, t = w.model, w.training
     params = human_count(m.params)
     if m.kind == "transformer":
+        kernel = ", cuDNN attention" if t.attention_kernel == "cudnn" else ""
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
-                f"global batch {t.global_batch}, {t.precision}")
+                f"global batch {t.global_batch}, {t.precision}{kernel}")
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"
 
 

@@ -18,7 +18,7 @@ def largest_fitting(cluster: Any, workload: Any) -> Any:
     def fits(label: str) -> Any:
         try:
             wl = api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch, precision=t.precision,
-                                   token_budget=t.token_budget)
+                                   token_budget=t.token_budget, attention_kernel=t.attention_kernel)
         except ValueError:
             return None  # e.g. seq_len beyond this model's position table
         return wl if api.suggest(wl, cluster=cluster, top=1).ranking.top else None
