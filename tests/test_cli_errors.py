@@ -13,6 +13,8 @@ from gpuadvisor.cli import main
     (["suggest", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--global-batch", "0"], "--global-batch"),
     (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--plan", "dp=2,bogus=1"], "unknown plan key"),
     (["probe", "--topo-file", "/nonexistent/topo.txt"], "/nonexistent/topo.txt"),
+    (["suggest", "--model", "llama-7b", "--preset", "hgx-h100-8x", "--precision", "fp8", "--finetune", "qlora"],
+     "QLoRA with --precision fp8 is not supported"),
 ])
 def test_bad_input_is_one_line(argv, needle, capsys):
     rc = main(argv)
