@@ -213,10 +213,17 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
     else:
         used = "bf16 autocast" if gpu else "fp32 on CPU ranks"
         bundled = (f"launch.sh, slurm.sbatch and job.json run the bundled trainer, which has no FP8 kernels and "
-                   f"trains {used}: slower than the prediction, which assumes FP8 Linears")
+                   f"trains {used}")
     where = ("FP8 Linears run in " + ", ".join(fp8) if fp8
              else "none of the framework files written for this plan trains FP8 Linears")
-    notes = [f"fp8: {where}; {bundled}"]
+    if workload.model.kind != "transformer":  # costmodel/analytical Context: FP8 is priced for transformer Linears
+        notes = [f"fp8: the cost model prices FP8 for transformer Linears only, so '{workload.model.name}' is "
+                 f"predicted as bf16 training; {where} (torchao converts only Linears whose dims divide by 16); "
+                 f"{bundled}"]
+        if deepspeed_json:
+            notes.append("ds_config.json keeps its bf16 section: DeepSpeed has no FP8 switch")
+        return notes
+    notes = [f"fp8: {where}; {bundled}: slower than the prediction, which assumes FP8 Linears"]
     if deepspeed_json:
         from .deepspeed import FP8_NOTE
 
