@@ -240,12 +240,12 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
             rb.plan["tp_comm_overlap"] = True
     rb.seq_len = tr.get("seq_len", 2048)
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
-    _torchtitan_fp8(data, rb, where)
+    _torchtitan_fp8(data, rb)
     rb.world_size = dp * tp * pp
     return rb
 
 
-def _torchtitan_fp8(data: dict, rb: ReadBack, where: str) -> None:
+def _torchtitan_fp8(data: dict, rb: ReadBack) -> None:
     """[model] converters with a float8/MX converter: precision fp8 (FP8 Linears, bf16 elsewhere)."""
     converters = (data.get("model") or {}).get("converters", [])
     if isinstance(converters, str):  # the command line's comma-separated form
@@ -496,8 +496,8 @@ def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
     if rb.precision != "bf16":
         rb.notes.append(f"FP8 on top of {rb.precision} (no --bf16): predicted as FP8 Linears with bf16 elsewhere")
     if not _MEG_FP8_RECIPES[recipe]:
-        rb.notes.append(f"--fp8-recipe {recipe} is finer than per-tensor scaling: predicted as per-tensor FP8 (its "
-                        "extra scale traffic and slower GEMMs are not priced)")
+        rb.notes.append(f"--fp8-recipe {recipe} is not the per-tensor scaling the cost model prices: predicted as "
+                        "per-tensor FP8 (its extra scale traffic and slower GEMMs are not priced)")
     rb.precision = "fp8"
 
 
