@@ -17,6 +17,8 @@ from gpuadvisor.cli import main
       "--precision", "fp8"], "no FP8 tensor cores"),
     (["predict", "--model", "llama-7b", "--preset", "hgx-h100-8x", "--plan", "dp=8,zero=3,mb=1,m=1",
       "--attention-kernel", "fa3"], "--attention-kernel"),
+    (["suggest", "--model", "llama-7b", "--preset", "hgx-h100-8x", "--precision", "fp8", "--finetune", "qlora"],
+     "QLoRA with --precision fp8 is not supported"),
 ])
 def test_bad_input_is_one_line(argv, needle, capsys):
     rc = main(argv)

@@ -289,12 +289,16 @@ def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the trials train what it says (job.json carries
-    it) and the Confirmation states it.
+    it) and the Confirmation states it. precision "fp8" is refused up front (UserError, before the cluster is
+    resolved): the bundled trainers have no FP8 kernels, so their bf16 runs would be compared with FP8 predictions.
     """
-    from .trials.study import confirm as _confirm
+    from .trials.hostcheck import refuse_fp8
+    from .trials.study import TRAINER, confirm as _confirm
 
-    clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    if kwargs.get("trainer_module", TRAINER) == TRAINER:
+        refuse_fp8(wl.training.precision, "confirm")
+    clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     res = _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
     return Confirmation.model_validate({**{k: getattr(res, k) for k in ConfirmResult.model_fields},
                                         "finetune": wl.finetune})

@@ -29,6 +29,11 @@ TORCHTITAN_JOB_CONFIG = {
                     "pipeline_parallel_microbatch_size": int, "context_parallel_degree": int,
                     "context_parallel_rotate_method": ("allgather", "alltoall"), "expert_parallel_degree": int},
     "activation_checkpoint": {"mode": ("selective", "full", "none"), "selective_ac_option": str},
+    # dataclass Float8 (read by Float8Converter, registered as the "float8" [model] converter)
+    "float8": {"enable_fsdp_float8_all_gather": bool, "precompute_float8_dynamic_scale_for_fsdp": bool,
+               "force_recompute_fp8_weight_in_bwd": bool,
+               "recipe_name": ("tensorwise", "rowwise", "rowwise_with_gw_hp"), "filter_fqns": list, "emulate": bool,
+               "moe_fqns_prototype": list},
 }
 # schedule names torch.distributed.pipelining's get_schedule_class accepts (torch 2.13; checked in the test)
 TORCHTITAN_SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
@@ -58,6 +63,11 @@ MEGATRON_FLAGS: dict[str, tuple] = {
     "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
     "--tp-comm-overlap": (None, None),
+    # Transformer Engine FP8 (_add_transformer_engine_args)
+    "--transformer-impl": (str, ("local", "transformer_engine")), "--fp8-format": (str, ("e4m3", "hybrid")),
+    "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
+    "--fp8-amax-history-len": (int, None), "--fp8-amax-compute-algo": (str, ("most_recent", "max")),
+    "--fp8-param-gather": (None, None),
 }
 
 

@@ -117,3 +117,27 @@ def test_make_workload_carries_finetune_and_refuses_what_trains_nothing():
         make_workload("resnet18", finetune="qlora")
     with pytest.raises(UserError, match="--lora-targets gate: 'gpt2.*no such linear layer.*q,k,v,o,up,down"):
         make_workload("gpt2", finetune=FineTune(method="lora", target_modules=("gate",)))
+
+
+@pytest.mark.parametrize("method,label", [("lora", "LoRA"), ("qlora", "QLoRA")])
+def test_adapters_with_fp8_are_one_line_errors(method, label):
+    """peft adapters on an FP8 base are neither handed over nor trained here: refused wherever a workload is made."""
+    from pydantic import ValidationError
+
+    from gpuadvisor import api
+    from gpuadvisor.schemas.workload import Workload
+
+    with pytest.raises(UserError) as exc:
+        make_workload("llama-7b", finetune=method, precision="fp8")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"{label} with --precision fp8 is not supported")
+    assert "--precision bf16" in msg and "--finetune full" in msg
+    # an fp8 Workload given its adapters later (api._workload -> with_finetune), and the schema itself
+    full = make_workload("llama-7b", precision="fp8")
+    assert full.finetune.method == "full" and full.training.precision == "fp8"
+    with pytest.raises(UserError, match=f"{label} with --precision fp8"):
+        api.predict(full, "dp=8,mb=1,m=1", preset="hgx-h100-8x", finetune=method)
+    with pytest.raises(ValidationError, match=f"{label} with --precision fp8"):
+        Workload(model=full.model, training=full.training, finetune=FineTune(method=method))
+    # bf16 adapters and full FP8 training stay accepted
+    assert make_workload("llama-7b", finetune=method, precision="bf16").finetune.method == method

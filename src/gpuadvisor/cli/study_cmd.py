@@ -55,6 +55,9 @@ def _spec(args: argparse.Namespace):
         raise UserError(f"--steps must be at least 1, got {args.steps}")
     if args.warmup < 0:
         raise UserError(f"--warmup must be 0 or more, got {args.warmup}")
+    from ..trials.hostcheck import refuse_fp8
+
+    refuse_fp8(args.precision or "", "study")  # up front, --dry-run too: every cell is a bundled-trainer run
     finetune = finetune_from_args(args)
     return StudySpec(models=parse_models(args.models), strategies=parse_strategies(args.strategies, finetune.adapters),
                      gpus=parse_gpus(args.gpus), steps=args.steps, warmup=args.warmup,

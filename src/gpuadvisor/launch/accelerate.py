@@ -8,6 +8,16 @@ DeepSpeed plugin reading the emitted ds_config.json (one JSON builder); pure DP 
 -> FSDP2 (sharding over dp) + parallelism_config tp, fsdp_reshard_after_forward true for ZeRO-3 and false for
 ZeRO-1/2 (Accelerate has no distributed optimizer: ZeRO-1 is written as FSDP2 without resharding, which also
 shards gradients, as in torchtitan).
+Precision fp8 (`FP8_CONFIG`): `mixed_precision: fp8` with `fp8_config` backend AO, torchao's Float8Linear with
+tensorwise dynamic scaling, the per-tensor current scaling the cost model prices (calibration.yaml `fp8`);
+accelerate keeps bf16 autocast for the rest (its DeepSpeed plugin requires the ds_config's bf16 section,
+utils/dataclasses.py DeepSpeedPlugin.set_mixed_precision; FSDP2 maps fp8 to bf16 parameters). fp8_config keys
+are the `accelerate launch --fp8_*` arguments without the prefix (launch.py maps `fp8_config.x` to `fp8_x` and
+exports ACCELERATE_FP8_X, which AORecipeKwargs reads): enable_fsdp_float8_all_gather false keeps bf16 weights in
+FSDP2's all-gather as the prediction does (accelerate's default true halves those bytes), pad_inner_dim true
+(accelerate's default: torch._scaled_mm needs dims divisible by 16). accelerate's torchao path leaves the model's
+first and last Linear in bf16 (utils/ao.py `convert_model_to_fp8_ao`). accelerate's own checks of this backend
+(benchmarks/fp8/torchao/ddp.py, distrib_deepspeed.py for ZeRO 1-3, fsdp.py) cover the three paths written here.
 No file (`unsupported`) where Accelerate cannot represent the plan: pp > 1 (no training pipeline parallelism);
 TP without ZeRO sharding, since accelerate 1.15's ParallelismConfig refuses TP beside pure replication
 (dp_replicate > 1, dp_shard == 1) and its FSDP2 path needs dp_shard > 1 (parallelism_config.py
@@ -20,13 +30,21 @@ import shlex
 from typing import Any, Optional
 
 from ..schemas.launch import LaunchConfig
+from ..schemas.plan import Plan
 
 FILE = "accelerate.yaml"
+#: fp8_config for precision fp8 (the module docstring says where each key comes from and why these values)
+FP8_CONFIG = {"backend": "AO", "enable_fsdp_float8_all_gather": False, "pad_inner_dim": True}
+MIXED_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}  # anything else (fp32): 'no'
 
 
 def unsupported(launch: LaunchConfig) -> Optional[str]:
     """Why Accelerate cannot run this plan (None when it can)."""
-    p = launch.plan
+    return plan_unsupported(launch.plan)
+
+
+def plan_unsupported(p: Plan) -> Optional[str]:
+    """`unsupported` of a plan (what build.py asks before the LaunchConfig exists)."""
     if p.pp > 1:
         return "Accelerate has no training pipeline parallelism (pp > 1): use the torchtitan or Megatron-LM files"
     if p.tp > 1 and not p.zero_stage:
@@ -43,7 +61,9 @@ def accelerate_config(launch: LaunchConfig, precision: str, ds_file: str) -> dic
     cfg: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE", "debug": False,
                            "num_machines": p.nodes, "num_processes": p.world_size, "machine_rank": 0,
                            "main_training_function": "main", "rdzv_backend": "static", "same_network": True,
-                           "use_cpu": False, "mixed_precision": {"bf16": "bf16", "fp16": "fp16"}.get(precision, "no")}
+                           "use_cpu": False, "mixed_precision": MIXED_PRECISION.get(precision, "no")}
+    if precision == "fp8":
+        cfg["fp8_config"] = dict(FP8_CONFIG)
     if p.zero_stage and p.tp == 1:
         cfg["distributed_type"] = "DEEPSPEED"
         cfg["deepspeed_config"] = {"deepspeed_config_file": ds_file, "deepspeed_multinode_launcher": "standard",
@@ -67,6 +87,9 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
     cfg = accelerate_config(launch, precision, ds_file)
     lines = [f"# {marker}: HuggingFace Accelerate config for plan {launch.plan.to_string()}",
              "# start on node i: " + shlex.join(accelerate_launch(launch, "<i>", "train.py"))]
+    if precision == "fp8":
+        lines.append("# fp8: torchao Float8Linear (tensorwise dynamic scaling) via accelerate's AO backend, bf16 "
+                     "elsewhere; needs torchao and an FP8 GPU (Ada, Hopper, Blackwell)")
     if launch.plan.tp > 1:
         lines.append("# TP: Accelerate shards a transformers (>= 4.52) model by its tp_plan; FSDP2 shards over dp")
     if launch.plan.recompute_interval > 1:

@@ -175,6 +175,62 @@ def _trainer_refusal(plan: Plan, workload: Workload, *, gpu: bool) -> Optional[s
             "environment and rendezvous for your own training (the framework files beside them)")
 
 
+def check_fp8_devices(workload: Workload, devices: list[Device]) -> None:
+    """One-line UserError when an fp8 workload is placed on GPUs without FP8 tensor cores (the cost model refuses
+    them too: costmodel/analytical Context._fp8); CPU ranks train fp32 whatever is asked, as for bf16."""
+    if workload.training.precision != "fp8":
+        return
+    bad = next((d for d in devices if d.kind == "gpu" and not d.peak_tflops_fp8), None)
+    if bad is not None:
+        raise UserError(f"{bad.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
+                        "use --precision bf16")
+
+
+def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool) -> list[str]:
+    """What of the hand-over trains FP8 Linears (the prediction of an fp8 workload assumes them), what does not.
+
+    FP8: torchtitan.toml (float8 converter) and megatron_args.txt (Transformer Engine) for the bundled GPT
+    shapes, accelerate.yaml (torchao backend) where Accelerate runs the plan; the same conditions as emit.py's
+    framework_files. Not FP8: launch.sh / slurm.sbatch / job.json (the bundled trainers have no FP8 kernels:
+    trainers/parallel.py trains bf16 autocast and reports it) and ds_config.json (`deepspeed.FP8_NOTE`).
+    LoRA/QLoRA workloads never get here: Workload refuses adapters with fp8."""
+    if workload.training.precision != "fp8":
+        return []
+    from . import accelerate as _accelerate
+    from . import megatron as _megatron
+    from .torchtitan import FILE as TITAN
+
+    fp8 = []
+    if trainer_model_for(workload) == "gpt":
+        fp8.append(f"{TITAN} (torchao float8 converter)")
+        if _megatron.unsupported(plan, workload) is None:
+            fp8.append(f"{_megatron.FILE} (Transformer Engine)")
+    if _accelerate.plan_unsupported(plan) is None:
+        fp8.append(f"{_accelerate.FILE} (torchao via accelerate)")
+    if trainer_model_for(workload) is None:
+        bundled = ("launch.sh and slurm.sbatch start your own script: FP8 only if it builds Transformer Engine or "
+                   "torchao float8 Linears")
+    else:
+        used = "bf16 autocast" if gpu else "fp32 on CPU ranks"
+        bundled = (f"launch.sh, slurm.sbatch and job.json run the bundled trainer, which has no FP8 kernels and "
+                   f"trains {used}")
+    where = ("FP8 Linears run in " + ", ".join(fp8) if fp8
+             else "none of the framework files written for this plan trains FP8 Linears")
+    if workload.model.kind != "transformer":  # costmodel/analytical Context: FP8 is priced for transformer Linears
+        notes = [f"fp8: the cost model prices FP8 for transformer Linears only, so '{workload.model.name}' is "
+                 f"predicted as bf16 training; {where} (torchao converts only Linears whose dims divide by 16); "
+                 f"{bundled}"]
+        if deepspeed_json:
+            notes.append("ds_config.json keeps its bf16 section: DeepSpeed has no FP8 switch")
+        return notes
+    notes = [f"fp8: {where}; {bundled}: slower than the prediction, which assumes FP8 Linears"]
+    if deepspeed_json:
+        from .deepspeed import FP8_NOTE
+
+        notes.append(FP8_NOTE)
+    return notes
+
+
 def launch_steps(launch: LaunchConfig) -> int:
     """The timed steps launch.sh runs (its trainer's --steps): the one step count job.json and README.txt state."""
     args = launch.trainer_args
@@ -202,6 +258,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     except ValueError as exc:
         raise UserError(str(exc)) from None
     placed = choose_nodes(plan, cluster)
+    check_fp8_devices(workload, [d for _, used in placed for d in used])
     nodes = [n for n, _ in placed]
     multi = len(placed) > 1
     addr = master_addr or node_address(nodes[0])
@@ -220,7 +277,9 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             node=node.name, node_rank=rank, numa_binding=numa,
             argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
             env=node_env(node, used, plan, cluster, multi, rdma)))
-    notes = placement_notes(plan, [n.name for n in nodes])
+    gpu = placed[0][1][0].kind == "gpu"
+    notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
+    notes += placement_notes(plan, [n.name for n in nodes])
     lr = _lr_note(plan, workload)
     if lr:
         notes.insert(0, lr)
@@ -243,7 +302,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     hybrid = hybrid_reason(plan)
     if hybrid:
         notes.append(f"no ds_config.json: {hybrid}")
-    refused = _trainer_refusal(plan, workload, gpu=placed[0][1][0].kind == "gpu")
+    refused = _trainer_refusal(plan, workload, gpu=gpu)
     if refused:
         notes.append(refused)
     if trainer_model_for(workload) is None:

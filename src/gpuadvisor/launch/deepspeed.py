@@ -8,6 +8,11 @@ offload_optimizer/offload_param {device, pin_memory}), zero_allow_untested_optim
 zero_force_ds_cpu_optimizer (runtime/constants.py); launcher flags from launcher/runner.py.
 This is the one plan -> DeepSpeed JSON builder: ds_config.json, the Accelerate DeepSpeed plugin and the
 bundled trainer all start from `deepspeed_config`.
+Precision fp8 keeps the bf16 section: DeepSpeed 0.19.8 has no FP8 training switch in its config
+(runtime/constants.py; deepspeed.linear's FP8 weight quantization is for frozen LoRA bases, not FP8 GEMMs in
+training). FP8 under DeepSpeed comes only from FP8 modules in the user's model, with the engine in bf16:
+Transformer Engine's te.Linear under te.fp8_autocast, or the torchao Float8Linear that accelerate.yaml's AO
+backend swaps in before DeepSpeed wraps the model; `FP8_NOTE` says so in the launch notes.
 DeepSpeed runs ZeRO plans with pure data parallelism only (`runs_on_deepspeed`): ds_config has no Megatron-style
 tensor parallelism (AutoTP is inference/HF-model sharding, not the plan's TP), and its pipeline engine
 (runtime/pipe/engine.py) accepts ZeRO-1 only and is not the bundled path. ZeRO combined with TP/PP is the
@@ -21,6 +26,11 @@ from ..schemas.plan import Plan
 from ..schemas.workload import Workload
 
 GRADIENT_CLIPPING = 1.0  # DeepSpeed's GRADIENT_CLIPPING_DEFAULT (runtime/constants.py)
+#: Launch note of an fp8 workload with a ds_config.json (build.py adds it)
+FP8_NOTE = ("ds_config.json keeps its bf16 section: DeepSpeed has no FP8 switch, FP8 under it comes only from FP8 "
+            "modules in your model (Transformer Engine's te.Linear under te.fp8_autocast, or the torchao Float8Linear "
+            "accelerate.yaml swaps in); the predicted figures assume FP8 Linears, so a bf16 model under this config "
+            "(the bundled trainer's) runs slower than predicted")
 
 
 def runs_on_deepspeed(plan: Plan) -> bool:
@@ -76,7 +86,7 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
         "zero_optimization": zero,
     }
     precision = workload.training.precision
-    if precision == "bf16":
+    if precision in ("bf16", "fp8"):  # fp8: the engine stays bf16 (DeepSpeed has no FP8 setting; module docstring)
         cfg["bf16"] = {"enabled": True}
     elif precision == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}

@@ -30,6 +30,17 @@ Mapping (ZeRO with or without TP/PP):
   GEMMs and the all-to-all token dispatcher; Plan.ep -> --expert-model-parallel-size with
   --expert-tensor-parallel-size 1 (MoE parallel folding: the ep ranks come from a stage's TP x DP ranks), or
   the TP degree when ep = 1 (experts split like the dense MLP).
+- precision fp8 (`FP8_ARGS`, _add_transformer_engine_args): --bf16 plus --transformer-impl transformer_engine and
+  --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-amax-compute-algo max: E4M3 forward,
+  E5M2 gradients, per-tensor delayed scaling from a 1024-step amax history, the settings of Megatron's own H100 FP8
+  example (examples/llama/train_llama3_8b_h100_fp8.sh; its published rows are in
+  knowledge/measurements/public/megatron_lm.csv as "fp8 (hybrid format) + bf16"). Per-tensor scaling is what the
+  cost model prices (calibration.yaml `fp8`); delayed is Megatron's default --fp8-recipe and takes the scale from
+  the amax history, so its casts read each tensor once, fewer bytes than the current-scaling casts the cost model
+  charges (the prediction errs slow, not fast). Not written: --fp8-param-gather (FP8 weights in the distributed
+  optimizer's all-gather, half the bytes the prediction assumes) and the finer recipes (mxfp8, blockwise: more
+  scale traffic than priced). Transformer Engine swaps the transformer layers' Linears; Megatron's output layer
+  is a plain ColumnParallelLinear and stays bf16.
 Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
 per virtual stage.
 Extension point: Megatron's selective (core attention) recompute is not a Plan field.
@@ -44,6 +55,9 @@ from ..schemas.workload import Workload
 from ..workload.shapes import layer_shape
 
 FILE = "megatron_args.txt"
+#: FP8 Linears through Transformer Engine (written after --bf16; the module docstring says why this recipe)
+FP8_ARGS = ["--transformer-impl", "transformer_engine", "--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+            "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
 
 
 def unsupported(plan: Plan, workload: Workload) -> Optional[str]:
@@ -123,6 +137,8 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
               str(recompute_layers_per_chunk(plan, m.n_layers))]
     if t.precision in ("bf16", "fp16"):
         a.append(f"--{t.precision}")
+    elif t.precision == "fp8":  # FP8 GEMMs in Transformer Engine's Linears, bf16 everywhere else
+        a += ["--bf16", *FP8_ARGS]
     return a
 
 
@@ -142,6 +158,9 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
     if workload.model.mlp == "geglu":
         lines.append("# GeGLU (Gemma): Megatron-LM has --swiglu but no GeGLU flag; set the activation in your model "
                      "provider (gated_linear_unit with gelu)")
+    if workload.training.precision == "fp8":
+        lines.append("# fp8: Transformer Engine FP8 Linears (hybrid E4M3/E5M2, per-tensor delayed scaling) on top of "
+                     "--bf16; needs Transformer Engine and an FP8 GPU (Ada, Hopper, Blackwell)")
     if plan.zero_stage == 2:
         lines.append("# ZeRO-2 -> distributed optimizer: Megatron keeps a full-size gradient buffer (ZeRO-1 memory)")
     if plan.zero_stage == 3 and plan.tp > 1:

@@ -4,7 +4,10 @@ Formats: DeepSpeed JSON (ds_config.json), torchtitan job TOML, HuggingFace Accel
 line (a text file). Keys gpuadvisor models become plan fields; keys the frameworks know but the cost model does
 not (optimizer, scheduler, logging...) are listed as ignored; anything else is a one-line error naming the key.
 Torch-free. The world size comes from the file when it says it (Accelerate num_processes, DeepSpeed batch
-arithmetic), else from the cluster (all its devices).
+arithmetic), else from the cluster (all its devices). Precision fp8 (FP8 Linears, bf16 elsewhere) reads from
+Megatron's --fp8-format, torchtitan's float8/MX [model] converters and Accelerate's `mixed_precision: fp8`; scaling
+finer than per tensor (MX, blockwise, rowwise) is predicted as per-tensor FP8 with a note. A DeepSpeed JSON has no
+FP8 setting (its engine stays bf16): it reads as bf16; `--precision fp8` overrides it for a model with FP8 modules.
 """
 from __future__ import annotations
 
@@ -127,7 +130,12 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
 # --- torchtitan (torchtitan/config/job_config.py, commit 000204a4) ------------------------------------------
 _TT_SECTIONS = {"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training", "parallelism",
                 "checkpoint", "activation_checkpoint", "float8", "mx", "comm", "memory_estimation", "fault_tolerance",
-                "experimental", "validation", "compile"}
+                "experimental", "validation", "compile", "quantize"}
+#: [model] converters that swap nn.Linear for FP8 training: "float8" / "mxfloat8" (Float8Converter, MXFloat8Converter
+#: registered in torchtitan/components/quantization at commit 000204a4), and the later torchtitan spelling
+#: "quantize.linear.float8" / "quantize.linear.mx" (its [quantize.linear.*] sections)
+_TT_FP8_CONVERTERS = {"float8": "per-tensor", "quantize.linear.float8": "per-tensor", "mxfloat8": "MX",
+                      "quantize.linear.mx": "MX"}
 _TT_MODELLED = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "enable_cpu_offload", "mixed_precision_param",
                  "mixed_precision_reduce", "compile", "dataset", "dataset_path", "max_norm", "steps", "gc_freq",
@@ -232,8 +240,29 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
             rb.plan["tp_comm_overlap"] = True
     rb.seq_len = tr.get("seq_len", 2048)
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
+    _torchtitan_fp8(data, rb)
     rb.world_size = dp * tp * pp
     return rb
+
+
+def _torchtitan_fp8(data: dict, rb: ReadBack) -> None:
+    """[model] converters with a float8/MX converter: precision fp8 (FP8 Linears, bf16 elsewhere)."""
+    converters = (data.get("model") or {}).get("converters", [])
+    if isinstance(converters, str):  # the command line's comma-separated form
+        converters = [c.strip() for c in converters.split(",") if c.strip()]
+    kinds = [_TT_FP8_CONVERTERS[c] for c in converters if c in _TT_FP8_CONVERTERS]
+    if not kinds:
+        return
+    if rb.precision == "fp32":
+        rb.notes.append("float8 converter with mixed_precision_param float32: predicted as FP8 Linears with bf16 "
+                        "elsewhere")
+    rb.precision = "fp8"
+    rb.ignored = [x for x in rb.ignored if x not in ("[float8]", "[mx]", "[quantize]")]
+    recipe = str((data.get("float8") or {}).get("recipe_name") or "tensorwise")
+    if "MX" in kinds or recipe != "tensorwise":
+        what = "MX block scaling" if "MX" in kinds else f"float8 recipe_name '{recipe}'"
+        rb.notes.append(f"{what} is finer than per-tensor scaling: predicted as per-tensor FP8 (its extra scale "
+                        "traffic and slower GEMMs are not priced)")
 
 
 # --- Accelerate (accelerate/commands/config/config_args.py ClusterConfig, 1.15.0) --------------------------
@@ -253,6 +282,7 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
     kind = str(data.get("distributed_type", "NO")).upper()
     world = _int(where, "num_processes", data.get("num_processes", 1))
     ds = data.get("deepspeed_config") or {}
+    mp = str(data.get("mixed_precision", "no"))
     if kind == "DEEPSPEED" and ds.get("deepspeed_config_file"):
         path = (base / ds["deepspeed_config_file"])
         try:
@@ -260,6 +290,8 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         except (OSError, ValueError) as exc:
             raise UserError(f"{where}: cannot read deepspeed_config_file '{path}': {exc}") from None
         rb.fmt = "Accelerate YAML (DeepSpeed plugin)"
+        if mp == "fp8":  # the file's bf16 section is the engine's; accelerate swaps the Linears for FP8 ones
+            rb.precision = "fp8"
     else:
         rb = ReadBack("Accelerate YAML")
         plan: dict[str, Any] = {"dp": world}
@@ -313,10 +345,32 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         rb.plan = plan
         rb.notes.append(f"Accelerate configs do not hold the micro-batch size: assumed --global-batch {global_batch} "
                         f"/ dp {plan['dp']} / accumulation {m} = {global_batch // per}")
-        mp = str(data.get("mixed_precision", "no"))
-        rb.precision = {"bf16": "bf16", "fp16": "fp16"}.get(mp, "fp32")
+        rb.precision = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}.get(mp, "fp32")
+    if rb.precision == "fp8":
+        _accelerate_fp8(data, rb, where)
     rb.world_size = world
     return rb
+
+
+#: accelerate's FP8 backends (commands/launch.py --fp8_backend; utils/dataclasses.py FP8BackendType)
+_ACC_FP8_BACKENDS = {"AO", "TE", "MSAMP"}
+
+
+def _accelerate_fp8(data: dict, rb: ReadBack, where: str) -> None:
+    """`mixed_precision: fp8`: the fp8_config backend, checked; MS-AMP's 8-bit optimizer states are not priced."""
+    fp8 = data.get("fp8_config") or {}
+    if not isinstance(fp8, dict):
+        raise UserError(f"{where}: 'fp8_config' must be a mapping (backend: AO, TE or MSAMP)")
+    backend = str(fp8.get("backend", "")).upper()
+    if backend and backend not in _ACC_FP8_BACKENDS:
+        raise UserError(f"{where}: fp8_config backend '{fp8.get('backend')}' is not one of accelerate's FP8 backends; "
+                        "use AO (torchao), TE (Transformer Engine) or MSAMP")
+    if not backend:
+        rb.notes.append("mixed_precision fp8 without an fp8_config backend: accelerate picks torchao, else Transformer "
+                        "Engine, else MS-AMP, whichever is installed; predicted as FP8 Linears with bf16 elsewhere")
+    elif backend == "MSAMP":
+        rb.notes.append("MS-AMP's 8-bit gradients and optimizer states are not modelled: predicted as FP8 Linears "
+                        "with bf16 elsewhere")
 
 
 # --- Megatron-LM (megatron/training/arguments.py, commit 000c4ac2) -----------------------------------------
@@ -324,7 +378,11 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
-               "--expert-tensor-parallel-size", "--num-layers"}
+               "--expert-tensor-parallel-size", "--num-layers", "--fp8-format", "--fp8-recipe"}
+#: _add_transformer_engine_args: --fp8-format choices and --fp8-recipe choices (default delayed); per-tensor ones are
+#: what the cost model prices, the others are read as per-tensor FP8 with a note
+_MEG_FP8_FORMATS = ("e4m3", "hybrid")
+_MEG_FP8_RECIPES = {"delayed": True, "tensorwise": True, "mxfp8": False, "blockwise": False, "custom": False}
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
                  "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
@@ -414,10 +472,33 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         else:
             rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
+    if "--fp8-format" in vals:
+        _megatron_fp8(vals, rb, where)
+    elif "--fp8-recipe" in vals:
+        rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
+                        f"predicted as {rb.precision}")
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)
     rb.world_size = world
     return rb
+
+
+def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
+    """--fp8-format (Transformer Engine FP8 Linears): precision fp8, the format and recipe checked as Megatron's
+    argparse choices do."""
+    fmt, recipe = vals["--fp8-format"], vals.get("--fp8-recipe", "delayed")
+    if fmt not in _MEG_FP8_FORMATS:
+        raise UserError(f"{where}: --fp8-format must be one of {', '.join(_MEG_FP8_FORMATS)} (Megatron's choices), "
+                        f"got {fmt!r}; hybrid is E4M3 forward, E5M2 gradients")
+    if recipe not in _MEG_FP8_RECIPES:
+        raise UserError(f"{where}: --fp8-recipe must be one of {', '.join(_MEG_FP8_RECIPES)} (Megatron's choices), "
+                        f"got {recipe!r}")
+    if rb.precision != "bf16":
+        rb.notes.append(f"FP8 on top of {rb.precision} (no --bf16): predicted as FP8 Linears with bf16 elsewhere")
+    if not _MEG_FP8_RECIPES[recipe]:
+        rb.notes.append(f"--fp8-recipe {recipe} is not the per-tensor scaling the cost model prices: predicted as "
+                        "per-tensor FP8 (its extra scale traffic and slower GEMMs are not priced)")
+    rb.precision = "fp8"
 
 
 def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:

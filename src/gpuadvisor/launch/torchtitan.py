@@ -8,7 +8,16 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
   = dp (DDP); offload -> training.enable_cpu_offload.
 - batch: local_batch_size = mb x m for pipeline plans (pipeline_parallel_microbatch_size = mb gives m
   micro-batches), else mb with global_batch_size = dp x mb x m (torchtitan accumulates m steps).
-- precision: mixed_precision_param bfloat16 or float32 (torchtitan has no fp16 mode).
+- precision: mixed_precision_param bfloat16 or float32 (torchtitan has no fp16 mode). fp8 (`FLOAT8`): bfloat16 plus
+  `[model] converters = ["float8"]`, torchtitan's torchao float8 converter (Float8Converter, registered as
+  "float8" in torchtitan/components/quantization/float8.py at that commit; later torchtitan renamed it
+  `quantize.linear.float8`): every nn.Linear whose dims divide by 16 becomes torchao's Float8Linear with
+  tensorwise dynamic scaling (`[float8] recipe_name` unset), the per-tensor current scaling whose casts the cost
+  model prices (calibration.yaml `fp8`). `[float8] enable_fsdp_float8_all_gather = false` (and so
+  precompute_float8_dynamic_scale_for_fsdp = false) keeps bf16 weights in FSDP's all-gather, as the prediction
+  does; `[training] compile = true`, which fuses torchao's scaling and casting kernels (torchtitan docs/float8.md:
+  needed for competitive FP8 performance; the torchtitan Float8 rows in knowledge/measurements/public/torchtitan.csv
+  ran compiled).
 - ep -> expert_parallel_degree with expert_tensor_parallel_degree = 1 (torchtitan's MoE models).
 - ZeRO with TP/PP is torchtitan's 2D/3D parallelism (ParallelDims: replicate x shard x tp x pp = world):
   data_parallel_shard_degree = dp beside tensor_parallel_degree and pipeline_parallel_degree, FSDP wrapping each
@@ -26,6 +35,8 @@ from ..schemas.plan import Plan
 from ..schemas.workload import Workload
 
 FILE = "torchtitan.toml"
+#: [float8] for precision fp8 (torchtitan/config/job_config.py `Float8` at the commit above; the docstring says why)
+FLOAT8 = {"enable_fsdp_float8_all_gather": False, "precompute_float8_dynamic_scale_for_fsdp": False}
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 
 
@@ -49,9 +60,11 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         # torchtitan's MoE expert parallelism (ParallelDims: ep borrows from the data-parallel shard and TP
         # ranks); expert TP 1 as Plan.ep assumes
         par.update(expert_parallel_degree=plan.ep, expert_tensor_parallel_degree=1)
+    fp8 = t.precision == "fp8"
     training: dict[str, Any] = {"seq_len": t.seq_len, "steps": steps, "global_batch_size": plan.global_batch(),
                                 "mixed_precision_param": "float32" if t.precision == "fp32" else "bfloat16",
-                                "mixed_precision_reduce": "float32", "compile": compile or plan.tp_comm_overlap,
+                                "mixed_precision_reduce": "float32",
+                                "compile": compile or plan.tp_comm_overlap or fp8,
                                 "enable_cpu_offload": plan.zero_offload}
     if plan.pp > 1:
         par.update(pipeline_parallel_schedule=SCHEDULES[plan.pp_schedule],
@@ -62,14 +75,20 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         training["local_batch_size"] = plan.micro_batch_size * plan.num_micro_batches
     else:
         training["local_batch_size"] = plan.micro_batch_size
-    return {
+    model: dict[str, Any] = {"name": "llama3", "flavor": "debugmodel"}
+    if fp8:
+        model["converters"] = ["float8"]
+    sections = {
         "job": {"description": f"gpuadvisor plan {plan.to_string()}", "dump_folder": "./outputs"},
-        "model": {"name": "llama3", "flavor": "debugmodel"},
+        "model": model,
         "metrics": {"log_freq": 10},
         "training": training,
         "parallelism": par,
         "activation_checkpoint": _activation_checkpoint(plan),
     }
+    if fp8:
+        sections["float8"] = dict(FLOAT8)
+    return sections
 
 
 def _activation_checkpoint(plan: Plan) -> dict:
@@ -83,6 +102,8 @@ def _activation_checkpoint(plan: Plan) -> dict:
 
 
 def _value(v: Any) -> str:
+    if isinstance(v, list):  # a TOML array of the scalars below
+        return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -105,6 +126,14 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
              f"  NGPU={plan.devices_per_node} CONFIG_FILE=./{FILE} ./run_train.sh   (torchtitan's launcher)"]
     if workload.training.precision == "fp16":
         notes.append("fp16 asked for: torchtitan trains in bfloat16 or float32 only, bfloat16 written")
+    if workload.training.precision == "fp8":
+        notes += ["fp8: bfloat16 with the float8 converter (torchao Float8Linear, tensorwise dynamic scaling; needs "
+                  "torchao and an FP8 GPU), compiled to fuse its casts",
+                  "enable_fsdp_float8_all_gather = false: bf16 weights in FSDP's all-gather, as predicted; true "
+                  "halves those bytes (faster than predicted where the all-gather is exposed)"]
+        if plan.tp > 1:
+            notes.append("with TP, torchtitan's float8 TP plan (Float8ColwiseParallel) all-gathers the Linears' inputs "
+                         "in FP8: fewer bytes than the bf16 TP traffic predicted")
     if plan.zero_stage in (1, 2):
         notes.append(f"ZeRO-{plan.zero_stage} has no exact torchtitan twin: FSDP without resharding after forward")
     if plan.zero_stage and (plan.tp > 1 or plan.pp > 1):

@@ -242,6 +242,15 @@ class Workload(Frozen):
         if self.finetune.adapters and self.model.kind != "transformer":
             raise ValueError(f"{self.finetune.method} needs a transformer model (its linear layers get the "
                              f"adapters); '{self.model.name}' is generic: use --finetune full")
+        if self.finetune.adapters and self.training.precision == "fp8":
+            # FP8 training as priced (Transformer Engine / torchao float8) swaps the trained nn.Linear layers;
+            # the adapter hand-over (launch/peft.py: transformers + peft) and the bundled trainers
+            # (trainers/lora.py) keep the frozen base in bf16 (QLoRA: NF4 dequantised to bf16), so an FP8
+            # prediction of an adapter run would describe no file gpuadvisor writes
+            label = {"lora": "LoRA", "qlora": "QLoRA"}[self.finetune.method]
+            raise ValueError(f"{label} with --precision fp8 is not supported: train_lora.py (transformers + peft) "
+                             "and the bundled trainers keep the frozen base in bf16, so an FP8 prediction would "
+                             "not describe the run; use --precision bf16, or --finetune full for FP8 training")
         return self
 
     @property

@@ -165,7 +165,14 @@ def _one_cell(model: str, workload: Workload, strategy: str, g: GpuCount, cluste
 
 
 def build_grid(spec: StudySpec, cluster: Cluster, workloads: dict[str, Workload]) -> list[Cell]:
-    """Every cell of the study, model by model: the 1-GPU baseline first, then strategies by GPU count."""
+    """Every cell of the study, model by model: the 1-GPU baseline first, then strategies by GPU count.
+
+    An fp8 workload is refused (one-line UserError, trials/hostcheck.refuse_fp8): the cells run the bundled
+    trainers, which have no FP8 kernels."""
+    from ..trials.hostcheck import refuse_fp8
+
+    for model in spec.models:
+        refuse_fp8(workloads[model].training.precision, "study")
     cells: list[Cell] = []
     for model in spec.models:
         wl = workloads[model]

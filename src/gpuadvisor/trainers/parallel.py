@@ -60,10 +60,28 @@ class Context:
 
     @property
     def precision(self) -> str:
-        """Precision actually used, e.g. 'bf16', or 'fp32 (bf16 requested)' on CPU."""
+        """Precision actually used, e.g. 'bf16', or 'fp32 (bf16 requested)' on CPU; fp8 on CUDA runs bf16 and says
+        why: 'bf16 (fp8 requested: the bundled trainers have no FP8 kernels)'."""
         asked = self.job.workload.training.precision
         used = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
-        return used if used == asked else f"{used} ({asked} requested)"
+        if used == asked:
+            return used
+        if asked == "fp8" and used == "bf16":
+            return f"bf16 (fp8 requested: {NO_FP8})"
+        return f"{used} ({asked} requested)"
+
+
+#: Why an fp8 job trains bf16 here: FP8 training needs Transformer Engine or torchao float8 Linears, which the
+#: bundled models (trainers/blocks.py: torch.nn.Linear under torch.autocast) do not use
+NO_FP8 = "the bundled trainers have no FP8 kernels"
+
+
+def amp_dtype_for(precision: str, device_type: str) -> Optional[torch.dtype]:
+    """The autocast dtype of a job's precision on a device: None (fp32) on CPU or for fp32; bf16 for bf16 and for
+    fp8 (FP8 Linears are not built here: the bf16 rest of an FP8 run, reported by `Context.precision`); fp16."""
+    if device_type != "cuda" or precision == "fp32":
+        return None
+    return torch.float16 if precision == "fp16" else torch.bfloat16
 
 
 def pick_device(job: TrainerJob, local_rank: int) -> torch.device:
@@ -115,10 +133,7 @@ def setup(job: TrainerJob) -> Context:
             raise ValueError("an existing process group does not match this job's world size/backend")
     else:
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=job.init_timeout_s))
-    precision = job.workload.training.precision
-    amp = None
-    if device.type == "cuda" and precision != "fp32":
-        amp = torch.bfloat16 if precision == "bf16" else torch.float16
+    amp = amp_dtype_for(job.workload.training.precision, device.type)
     ctx = Context(job=job, rank=rank, world_size=world, local_rank=local_rank, device=device, backend=backend,
                   coords=coords_of(rank, plan), amp_dtype=amp)
     if plan.tp > 1 or plan.pp > 1:  # pure DP/ZeRO use the default group

@@ -12,6 +12,10 @@ MLP widths (d_ff, expert_d_ff, shared_expert_d_ff), and with sequence parallel t
 LoRA/QLoRA (`lora.py`) run data parallel only: single device, DDP, DeepSpeed ZeRO-1/2/3 (no offload/hpZ) or,
 with GPUADVISOR_ZERO_IMPL=fsdp, FSDP2 ZeRO-2/3. QLoRA needs bitsandbytes' NF4 kernels (on CPU: bitsandbytes
 >= 0.50, the version its CPU 4-bit path was tested with here) and runs single device or DDP.
+Precision: fp8 jobs run (no refusal) without FP8 kernels: bf16 autocast on CUDA, fp32 on CPU as for every
+precision, and the metrics' precision says so ('bf16 (fp8 requested: the bundled trainers have no FP8 kernels)',
+parallel.py); confirm and study refuse fp8 up front (trials/hostcheck.refuse_fp8) rather than set those runs
+against FP8 predictions.
 Expert parallelism (ep > 1, `experts.py`) runs beside data parallelism only (tp = pp = 1, ep divides dp and the
 routed experts) with DDP, ZeRO-1 or ZeRO-2/3 (torch-native, not DeepSpeed), full training, fp32 or bf16; not
 with tp or pp > 1, LoRA/QLoRA, DDP comm hooks, hpZ or fp16 loss scaling (`ep_reason`, one line each).

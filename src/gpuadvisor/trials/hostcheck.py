@@ -3,7 +3,9 @@
 A trial measures the plan on the devices of *this* host (and of the cluster's reachable nodes). A GPU
 cluster described by a preset or file, measured on a GPU-less host, would run CPU ranks and report
 numbers that say nothing about the plan; a missing torch/DeepSpeed would make every plan "crash". Both
-are refused here in one line, before any plan is blamed. Nothing here imports torch.
+are refused here in one line, before any plan is blamed. So is --precision fp8 (`refuse_fp8`): the bundled
+trainers have no FP8 kernels, so their runs would be bf16 measurements set against FP8 predictions. Nothing here
+imports torch.
 """
 from __future__ import annotations
 
@@ -89,4 +91,25 @@ def require_modules(modules: Iterable[str], what: str) -> None:
                     f"`pip install {pip}` (no trial was run, no plan was blamed)")
 
 
-__all__ = ["host_mismatch", "require_host", "missing", "require_modules", "trainer_modules", "local_gpu_count"]
+#: The fix `refuse_fp8` names, per command that runs the bundled trainers
+FP8_FIX = {
+    "confirm": "confirm with --precision bf16, or time the torchtitan.toml / megatron_args.txt that --emit writes "
+               "for --precision fp8 (they train FP8 Linears)",
+    "study": "run the study with --precision bf16, or time the torchtitan.toml / megatron_args.txt that "
+             "`gpuadvisor suggest --precision fp8 --emit DIR` writes (they train FP8 Linears)",
+}
+
+
+def refuse_fp8(precision: str, command: str) -> None:
+    """One-line UserError (exit 2) when `command` ("confirm" or "study") would run the bundled trainers for an fp8
+    workload: they have no FP8 kernels (trainers/parallel.py trains bf16 autocast and says so), so every trial
+    would time bf16 steps against predictions that price FP8 Linears, and store them as fp8 measurements."""
+    if precision != "fp8":
+        return
+    raise UserError(f"{command}: --precision fp8 cannot be measured by the bundled trainers, which have no FP8 "
+                    f"kernels: every {'trial' if command == 'confirm' else 'cell'} would time bf16 steps against "
+                    f"FP8 predictions; {FP8_FIX[command]}")
+
+
+__all__ = ["host_mismatch", "require_host", "missing", "refuse_fp8", "require_modules", "trainer_modules",
+           "local_gpu_count"]
