@@ -522,8 +522,10 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     mlp_rows = tokens
     if ctx.top_k:
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
-    core_rate = ctx.attn_rel * ctx.core_rate_max * layer_gemm_efficiency(tokens, ctx.h, ctx.h, ctx.core_x_half,
-                                                                          ctx.core_w_half)
+    def rate16(rows, width):
+        # the 16-bit curve (the same as `rate` unless the Linears run FP8): the attention core and the LM head
+        return ctx.bf16_rate_max * layer_gemm_efficiency(rows, ctx.h, width, ctx.bf16_x_half, ctx.bf16_w_half)
+    core_rate = ctx.attn_rel * rate16(tokens, ctx.h)
     t_layer = tokens * extra / tp * (fs["proj"] / rate(tokens, ctx.q_width / tp)
                                      + fs["mlp"] / rate(mlp_rows, mlp_w)
                                      + fs["core"] / core_rate)
@@ -532,7 +534,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     if ctx.fp8_weight_cast:
         # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
         t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
-    t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp)
+    t_head = tokens * ctx.head_fpt / tp / rate16(tokens, ctx.V / tp)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = extra * ctx.kpl * ctx.launch_us * 1e-6

@@ -193,7 +193,7 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
     shapes, accelerate.yaml (torchao backend) where Accelerate runs the plan; the same conditions as emit.py's
     framework_files. Not FP8: launch.sh / slurm.sbatch / job.json (the bundled trainers have no FP8 kernels:
     trainers/parallel.py trains bf16 autocast and reports it) and ds_config.json (`deepspeed.FP8_NOTE`).
-    LoRA/QLoRA workloads never get here: Workload refuses adapters with fp8."""
+    LoRA/QLoRA and non-transformer workloads never get here: Workload refuses them with fp8."""
     if workload.training.precision != "fp8":
         return []
     from . import accelerate as _accelerate
@@ -216,13 +216,6 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
                    f"trains {used}")
     where = ("FP8 Linears run in " + ", ".join(fp8) if fp8
              else "none of the framework files written for this plan trains FP8 Linears")
-    if workload.model.kind != "transformer":  # costmodel/analytical Context: FP8 is priced for transformer Linears
-        notes = [f"fp8: the cost model prices FP8 for transformer Linears only, so '{workload.model.name}' is "
-                 f"predicted as bf16 training; {where} (torchao converts only Linears whose dims divide by 16); "
-                 f"{bundled}"]
-        if deepspeed_json:
-            notes.append("ds_config.json keeps its bf16 section: DeepSpeed has no FP8 switch")
-        return notes
     notes = [f"fp8: {where}; {bundled}: slower than the prediction, which assumes FP8 Linears"]
     if deepspeed_json:
         from .deepspeed import FP8_NOTE

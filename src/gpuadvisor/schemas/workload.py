@@ -251,6 +251,11 @@ class Workload(Frozen):
             raise ValueError(f"{label} with --precision fp8 is not supported: train_lora.py (transformers + peft) "
                              "and the bundled trainers keep the frozen base in bf16, so an FP8 prediction would "
                              "not describe the run; use --precision bf16, or --finetune full for FP8 training")
+        if self.training.precision == "fp8" and self.model.kind != "transformer":
+            # FP8 training swaps a transformer's nn.Linear layers (Transformer Engine, torchao float8); a convnet's
+            # convolutions stay bf16, and the cost model prices FP8 for transformer Linears only
+            raise ValueError(f"--precision fp8 runs a transformer's Linear layers in FP8; '{self.model.name}' is "
+                             "not a transformer: use --precision bf16")
         return self
 
     @property

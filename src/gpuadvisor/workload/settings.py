@@ -125,7 +125,11 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
                                preset_batch=preset.default_global_batch if preset else None,
                                preset_source=preset.batch_source if preset else "")
         training = training_settings(model=spec, **settings, default_global_batch=chosen.global_batch)
-    return with_finetune(Workload(model=spec, training=training), ft, targets_flag), chosen
+    try:
+        workload = Workload(model=spec, training=training)
+    except ValueError as exc:  # the model with these settings (fp8 on a non-transformer)
+        raise UserError(_first_error(exc)) from None
+    return with_finetune(workload, ft, targets_flag), chosen
 
 
 def with_finetune(workload: Workload, finetune: FineTune, flag: str = "--lora-targets") -> Workload:

@@ -50,8 +50,10 @@ class Context:
         self.w_half = curve.w_half
         # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2 or cuDNN's
         self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
-        # the attention core's own curve: the GEMMs' (bf16 FlashAttention/SDPA even when the Linears run FP8)
-        self.core_rate_max, self.core_x_half, self.core_w_half = self.rate_max, self.x_half, self.w_half
+        # the 16-bit curve of the attention core and the LM head: the GEMMs' own, and still theirs when the
+        # Linears run FP8 (FlashAttention/cuDNN attention are bf16; Transformer Engine's Megatron output layer and
+        # torchao's float8 converter, which skips torchtitan's "output", leave the head in bf16)
+        self.bf16_rate_max, self.bf16_x_half, self.bf16_w_half = self.rate_max, self.x_half, self.w_half
         self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
         if t.precision == "fp8" and self.transformer and dev.kind == "gpu":
             self._fp8(dev, cal)
@@ -149,7 +151,7 @@ class Context:
 
         The Linears' GEMMs run on the FP8 peak at `large_gemm_ratio` of the bf16 curve's share of it, and their
         size and width half-points scale by the rate ratio (the same shape finishes its math in half the time,
-        its fill and epilogue do not); the attention core stays on the bf16 curve. Casting costs HBM traffic:
+        its fill and epilogue do not); the attention core and the LM head stay on the bf16 curve. Casting costs HBM traffic:
         every Linear input and output gradient is scanned for its scale and written in FP8
         (`cast_traffic_per_h`), every weight once per pass (`weight_cast_bytes_per_param`).
         """
