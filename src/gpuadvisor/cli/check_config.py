@@ -46,7 +46,8 @@ def _fitting_split(rb, cluster, workload) -> None:
     from ..costmodel.combine import estimate
     from .predict_cmd import plan_for_cluster
 
-    t = workload.training.model_copy(update={"precision": rb.precision or workload.training.precision})
+    t = workload.training.model_copy(update={"precision": rb.precision or workload.training.precision,
+                                             "attention_kernel": rb.attention_kernel or workload.training.attention_kernel})
     wl = workload.model_copy(update={"training": t})
     per = rb.plan["mb"] * rb.plan.get("m", 1)
     for m in (d for d in range(1, per + 1) if per % d == 0):
@@ -95,7 +96,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
         raise UserError(f"{path.name} reads as plan '{spec}', which is not valid: {exc}") from None
     wl = api.make_workload(args.model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
                            precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget,
-                           finetune=finetune)
+                           finetune=finetune,
+                           attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash")
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)

@@ -230,6 +230,32 @@ def launch_steps(launch: LaunchConfig) -> int:
     return int(args[args.index("--steps") + 1])
 
 
+def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
+    """Which written files run the attention kernel the prediction assumes, where the kernels' rates differ.
+
+    megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
+    other file runs PyTorch's FlashAttention-2 (SDPA). On GPUs where the calibration prices them alike (A100: both at
+    the GEMM rate) nothing is said."""
+    from ..costmodel.calibration import gemm_curve
+    from . import megatron as _megatron
+
+    if workload.model.kind != "transformer" or device.kind != "gpu":
+        return []
+    curve = gemm_curve(device.name, device.spec_key)
+    if curve.attn_rel == curve.attn_rel_cudnn:
+        return []
+    megatron = _megatron.unsupported(plan, workload) is None and trainer_model_for(workload) == "gpt"
+    if workload.training.attention_kernel == "cudnn":
+        where = f"{_megatron.FILE} runs it; " if megatron else ""
+        return [f"attention: predicted with cuDNN fused attention (Transformer Engine); {where}launch.sh, "
+                "torchtitan.toml and the other files run PyTorch's FlashAttention-2, slower on this GPU"]
+    if megatron:
+        return [f"attention: predicted with PyTorch's FlashAttention-2 (launch.sh, torchtitan.toml, ...); "
+                f"{_megatron.FILE} runs Transformer Engine's cuDNN attention, faster on this GPU (`gpuadvisor "
+                f"predict --from {_megatron.FILE}` prices it so)"]
+    return []
+
+
 def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
                  master_addr: Optional[str] = None, port: int = 29500, steps: Optional[int] = None,
                  out_dir: str = "runs/gpuadvisor", measured_tokens_per_s: Optional[float] = None) -> LaunchConfig:
@@ -272,6 +298,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             env=node_env(node, used, plan, cluster, multi, rdma)))
     gpu = placed[0][1][0].kind == "gpu"
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
+    notes += attention_notes(plan, workload, placed[0][1][0])
     notes += placement_notes(plan, [n.name for n in nodes])
     lr = _lr_note(plan, workload)
     if lr:

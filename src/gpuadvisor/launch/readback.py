@@ -31,6 +31,8 @@ class ReadBack:
     world_size: Optional[int] = None
     seq_len: Optional[int] = None
     precision: Optional[str] = None
+    #: TrainingSettings.attention_kernel the file's stack runs (None: the stack's default is the advisor's, flash)
+    attention_kernel: Optional[str] = None
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: the file holds neither the micro-batch nor the accumulation (an Accelerate YAML without them): mb and m
@@ -378,7 +380,8 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--global-batch-size", "--seq-length", "--num-layers-per-virtual-pipeline-stage",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
-               "--expert-tensor-parallel-size", "--num-layers", "--fp8-format", "--fp8-recipe"}
+               "--expert-tensor-parallel-size", "--num-layers", "--fp8-format", "--fp8-recipe",
+               "--transformer-impl", "--attention-backend"}
 #: _add_transformer_engine_args: --fp8-format choices and --fp8-recipe choices (default delayed); per-tensor ones are
 #: what the cost model prices, the others are read as per-tensor FP8 with a note
 _MEG_FP8_FORMATS = ("e4m3", "hybrid")
@@ -477,10 +480,27 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     elif "--fp8-recipe" in vals:
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
+    _megatron_attention(vals, rb)
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)
     rb.world_size = world
     return rb
+
+
+def _megatron_attention(vals: dict[str, str], rb: ReadBack) -> None:
+    """The attention kernel a Megatron run uses (megatron/training/arguments.py: --transformer-impl defaults to
+    transformer_engine, --attention-backend to auto, which picks Transformer Engine's cuDNN fused attention where
+    it supports the shape): cudnn, unless the local implementation or the flash backend is asked for."""
+    impl, backend = vals.get("--transformer-impl", "transformer_engine"), vals.get("--attention-backend", "auto")
+    if impl == "local" or backend in ("flash", "unfused", "local"):
+        rb.attention_kernel = "flash"
+        if backend in ("unfused", "local") or (impl == "local" and backend != "flash"):
+            rb.notes.append(f"attention backend '{backend}' / --transformer-impl {impl}: an unfused attention core "
+                            "is slower than the FlashAttention-2 rate predicted")
+    else:
+        rb.attention_kernel = "cudnn"
+        rb.notes.append("Transformer Engine layers (Megatron's default): predicted with cuDNN fused attention "
+                        "(--attention-kernel cudnn)")
 
 
 def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
