@@ -285,19 +285,21 @@ def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, top_k: int = 3,
             budget_s: float = 900.0, steps: int = 20, warmup: int = 3, storage: Optional[str] = None,
             seq_len: Optional[int] = None, global_batch: Optional[int] = None, precision: str = "bf16",
-            finetune: Union[FineTune, str, None] = None, **kwargs) -> Confirmation:
+            finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash", **kwargs) -> Confirmation:
     """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the trials train what it says (job.json carries
     it) and the Confirmation states it. precision "fp8" is refused up front (UserError, before the cluster is
-    resolved): the bundled trainers have no FP8 kernels, so their bf16 runs would be compared with FP8 predictions.
+    resolved): the bundled trainers have no FP8 kernels, so their bf16 runs would be compared with FP8 predictions;
+    so is attention_kernel "cudnn" (they run PyTorch's SDPA attention).
     """
-    from .trials.hostcheck import refuse_fp8
+    from .trials.hostcheck import refuse_unmeasurable
     from .trials.study import TRAINER, confirm as _confirm
 
-    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision)
+    wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                   attention_kernel=attention_kernel)
     if kwargs.get("trainer_module", TRAINER) == TRAINER:
-        refuse_fp8(wl.training.precision, "confirm")
+        refuse_unmeasurable(wl.training, "confirm")
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     res = _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
     return Confirmation.model_validate({**{k: getattr(res, k) for k in ConfirmResult.model_fields},

@@ -96,3 +96,15 @@ def test_study_grid_refuses_fp8_workloads():
         build_grid(spec, cluster, resolve_workloads(spec))
     bf16 = spec.model_copy(update={"precision": "bf16"})
     assert build_grid(bf16, cluster, resolve_workloads(bf16))
+
+
+def test_confirm_refuses_cudnn_attention_the_bundled_trainers_do_not_run(capsys):
+    from gpuadvisor.api import confirm
+    from gpuadvisor.cli import main
+    from gpuadvisor.errors import UserError
+
+    with pytest.raises(UserError, match="--attention-kernel cudnn cannot be measured by the bundled trainers"):
+        confirm("10M", preset="cpu-2ranks", seq_len=64, global_batch=2, attention_kernel="cudnn")
+    rc = main(["suggest", "--model", "10M", "--preset", "cpu-2ranks", "--attention-kernel", "cudnn", "--confirm", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--attention-kernel flash" in err

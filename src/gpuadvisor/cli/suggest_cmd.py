@@ -110,10 +110,13 @@ def run(args: argparse.Namespace) -> int:
     finetune = finetune_from_args(args)
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision, attention_kernel=args.attention_kernel)
-    if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 (trials/hostcheck.refuse_fp8)
-        from ..trials.hostcheck import refuse_fp8
+    if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 nor cuDNN attention
+        from types import SimpleNamespace
 
-        refuse_fp8(args.precision, "confirm")
+        from ..trials.hostcheck import refuse_unmeasurable
+
+        refuse_unmeasurable(SimpleNamespace(precision=args.precision, attention_kernel=args.attention_kernel),
+                            "confirm")
     if args.study_name and not args.confirm:
         raise UserError("--study-name only applies with --confirm K; add --confirm or drop --study-name")
     if len(args.what_if) > 1 and (args.confirm or args.emit):

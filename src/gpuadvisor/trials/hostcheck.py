@@ -111,5 +111,15 @@ def refuse_fp8(precision: str, command: str) -> None:
                     f"FP8 predictions; {FP8_FIX[command]}")
 
 
-__all__ = ["host_mismatch", "require_host", "missing", "refuse_fp8", "require_modules", "trainer_modules",
-           "local_gpu_count"]
+def refuse_unmeasurable(training, command: str) -> None:
+    """`refuse_fp8`, and the same for `attention_kernel` "cudnn": the bundled trainers run PyTorch's SDPA
+    (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention."""
+    refuse_fp8(training.precision, command)
+    if training.attention_kernel == "cudnn":
+        raise UserError(f"{command}: --attention-kernel cudnn cannot be measured by the bundled trainers, which run "
+                        "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "
+                        "the megatron_args.txt that --emit writes (Transformer Engine's cuDNN attention)")
+
+
+__all__ = ["host_mismatch", "require_host", "missing", "refuse_fp8", "refuse_unmeasurable", "require_modules",
+           "trainer_modules", "local_gpu_count"]

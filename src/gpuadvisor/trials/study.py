@@ -30,7 +30,7 @@ from .progress import ProgressArg, make_progress
 from .multinode import run_trial_on_cluster
 from .runner import Launcher, TrialCancelled, reap_stale
 from .schemas import ConfirmResult, TrialRow
-from .hostcheck import refuse_fp8, require_host, require_modules, trainer_modules
+from .hostcheck import refuse_unmeasurable, require_host, require_modules, trainer_modules
 from .lock import StudyLock
 from .space import (BUDGET, DefaultPlanner, PlanSampler, Planner, SearchSpace, blocked_plans, choose_next,
                     trial_status)
@@ -415,7 +415,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     let tests use fake cost models and trainers.
 
     Before any trial: the settings are checked (finite budget...), and with the bundled trainers the workload
-    must not be fp8 (they have no FP8 kernels: `refuse_fp8`), this host must match the cluster and
+    must not be fp8 nor assume cuDNN attention (they have neither: `refuse_unmeasurable`), this host must match
+    the cluster and
     torch/DeepSpeed must be importable (one-line UserError otherwise). A second
     run of the same study on this host is refused while one runs (lock file). A trial that would not fit
     in the remaining budget is not started; one cut by the budget is recorded as 'budget' and rerun later.
@@ -426,7 +427,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     check_confirm_args(top_k, budget_s, steps, warmup)
     bundled = trainer_module == TRAINER
     if bundled:  # the real trainers measure this host: it must be the hardware the plans are for
-        refuse_fp8(workload.training.precision, "confirm")
+        refuse_unmeasurable(workload.training, "confirm")
         require_host(cluster)
     show = make_progress(progress)
     planner = planner or DefaultPlanner(cluster, workload, correction)
