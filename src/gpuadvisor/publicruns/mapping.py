@@ -247,7 +247,7 @@ def precision_of(run: PublicRun, spec: Optional[GpuSpec], approximate: Collectio
         if spec is not None and not spec.tflops_fp8:
             raise Unsupported(f"fp8 on {spec.key}, which has no FP8 tensor cores")
         # per-tensor recipes are what the cost model prices; MX block scaling is native to Blackwell's tensor cores
-        native_mx = spec is not None and spec.key.startswith(("b2", "b3", "gb"))
+        native_mx = spec is not None and float(spec.compute_capability or 0) >= 10.0  # Blackwell (sm_100+)
         finer = re.search(r"rowwise|block|32x32|128x128", text) or (re.search(r"mx", text) and not native_mx)
         if finer:
             _limit("fp8-recipe", "FP8 with finer than per-tensor scaling", approximate, notes)

@@ -151,8 +151,8 @@ class Context:
 
         The Linears' GEMMs run on the FP8 peak at `large_gemm_ratio` of the bf16 curve's share of it, and their
         size and width half-points scale by the rate ratio (the same shape finishes its math in half the time,
-        its fill and epilogue do not); the attention core and the LM head stay on the bf16 curve. Casting costs HBM traffic:
-        every Linear input and output gradient is scanned for its scale and written in FP8
+        its fill and epilogue do not); the attention core and the LM head stay on the bf16 curve. Casting costs
+        HBM traffic: every Linear input and output gradient is scanned for its scale and written in FP8
         (`cast_traffic_per_h`), every weight once per pass (`weight_cast_bytes_per_param`).
         """
         if not dev.peak_tflops_fp8:
