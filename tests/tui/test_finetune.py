@@ -58,3 +58,23 @@ async def test_results_rank_the_lora_workload():
         await pilot.pause()
         await goto(pilot, "results")
         assert app.suggestion is not None and app.suggestion.workload.finetune.method == "lora"
+
+
+@run_async
+async def test_attention_kernel_and_fp8_reach_the_workload():
+    """The Attention choice sets TrainingSettings.attention_kernel; fp8 with QLoRA is the workload's one-line error."""
+    app = make_app(model="llama-2-7b")
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        status = app.screen.query_one("#workload-status", Static)
+        assert app.workload.training.attention_kernel == "flash"
+        app.screen.query_one("#attention", Select).value = "cudnn"
+        app.screen.query_one("#precision", Select).value = "fp8"
+        await pilot.pause()
+        t = app.workload.training
+        assert (t.attention_kernel, t.precision) == ("cudnn", "fp8")
+        assert "fp8, cuDNN attention" in " ".join(text_of(status).split())
+        app.screen.query_one("#finetune", Select).value = "qlora"
+        await pilot.pause()
+        msg = " ".join(text_of(status).split())
+        assert status.has_class("error") and app.workload is None and "QLoRA with" in msg, msg

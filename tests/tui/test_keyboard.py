@@ -16,7 +16,7 @@ SIZE = (80, 24)
 FOCUS_ORDER = {
     "hardware": (["StepBar", "preset", "probe", "path", "load", "save", "add-node", "nic-speed", "set-nic",
                   "cluster-view", "nav-next"], "preset"),
-    "model": (["StepBar", "model", "seq-len", "global-batch", "precision", "token-budget", "finetune", "lora-rank",
+    "model": (["StepBar", "model", "seq-len", "global-batch", "precision", "attention", "token-budget", "finetune", "lora-rank",
                "nav-back", "nav-next"],
               "model"),
     "goal": (["StepBar", "goal", "price", "nav-back", "nav-next"], "goal"),

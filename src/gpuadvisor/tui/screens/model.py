@@ -1,5 +1,5 @@
-"""Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, budget, and
-fine-tuning (full, LoRA or QLoRA with its rank)."""
+"""Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, the attention
+kernel of the stack, budget, and fine-tuning (full, LoRA or QLoRA with its rank)."""
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -16,6 +16,9 @@ from ..wording import error_line
 from .base import StepScreen
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+#: Attention kernels: (label, TrainingSettings.attention_kernel) — docs/cost-model.md "FP8 training and the
+#: attention kernel".
+KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"))
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
@@ -58,6 +61,9 @@ class ModelScreen(StepScreen):
                 yield Select([(p, p) for p in PRECISIONS], value="bf16", allow_blank=False, id="precision",
                              compact=True)
             with Horizontal(classes="row"):
+                yield Label("Attention", classes="formlabel")
+                yield Select(KERNELS, value="flash", allow_blank=False, id="attention", compact=True)
+            with Horizontal(classes="row"):
                 yield Label("Token budget", classes="formlabel")
                 yield Field(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
             with Horizontal(classes="row"):
@@ -75,6 +81,7 @@ class ModelScreen(StepScreen):
 
     @on(Input.Changed)
     @on(Select.Changed, "#precision")
+    @on(Select.Changed, "#attention")
     @on(Select.Changed, "#finetune")
     def _changed(self) -> None:
         self.validate_form()
@@ -125,7 +132,7 @@ class ModelScreen(StepScreen):
             wl, chosen = api.make_workload_explained(
                 model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
                 precision=str(self.query_one("#precision", Select).value), token_budget=self.token_budget(),
-                finetune=self.finetune())
+                finetune=self.finetune(), attention_kernel=str(self.query_one("#attention", Select).value))
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
