@@ -1,4 +1,5 @@
-"""The Model step's Fine-tuning choice and LoRA rank: the workload the later steps rank carries them."""
+"""The Model step's Fine-tuning choice and LoRA rank (and its precision and attention choices): the workload the
+later steps rank carries them."""
 from __future__ import annotations
 
 from textual.widgets import Input, Select, Static
@@ -24,6 +25,18 @@ async def test_choose_qlora_and_rank():
         shown = " ".join(text_of(status).split())
         assert "QLoRA r=8 on q,k,v,o,gate,up,down: 20M trainable of 6.74B (0.30 %)" in shown, shown
         assert not status.has_class("error")
+        # fp8 with QLoRA is the workload's one-line error; full fine-tuning in fp8 with cuDNN attention is a workload
+        app.screen.query_one("#precision", Select).value = "fp8"
+        app.screen.query_one("#attention", Select).value = "cudnn"
+        await pilot.pause()
+        msg = " ".join(text_of(status).split())
+        assert status.has_class("error") and app.workload is None and "QLoRA with" in msg, msg
+        app.screen.query_one("#finetune", Select).value = "full"
+        app.screen.query_one("#lora-rank", Input).value = ""
+        await pilot.pause()
+        t = app.workload.training
+        assert (t.precision, t.attention_kernel) == ("fp8", "cudnn")
+        assert "fp8, cuDNN attention" in " ".join(text_of(status).split())
 
 
 @run_async
@@ -59,22 +72,3 @@ async def test_results_rank_the_lora_workload():
         await goto(pilot, "results")
         assert app.suggestion is not None and app.suggestion.workload.finetune.method == "lora"
 
-
-@run_async
-async def test_attention_kernel_and_fp8_reach_the_workload():
-    """The Attention choice sets TrainingSettings.attention_kernel; fp8 with QLoRA is the workload's one-line error."""
-    app = make_app(model="llama-2-7b")
-    async with app.run_test(size=SIZE) as pilot:
-        await goto(pilot, "model")
-        status = app.screen.query_one("#workload-status", Static)
-        assert app.workload.training.attention_kernel == "flash"
-        app.screen.query_one("#attention", Select).value = "cudnn"
-        app.screen.query_one("#precision", Select).value = "fp8"
-        await pilot.pause()
-        t = app.workload.training
-        assert (t.attention_kernel, t.precision) == ("cudnn", "fp8")
-        assert "fp8, cuDNN attention" in " ".join(text_of(status).split())
-        app.screen.query_one("#finetune", Select).value = "qlora"
-        await pilot.pause()
-        msg = " ".join(text_of(status).split())
-        assert status.has_class("error") and app.workload is None and "QLoRA with" in msg, msg
