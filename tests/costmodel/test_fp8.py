@@ -71,3 +71,21 @@ def test_llmfoundry_fp8_rows_on_h100_are_right():
     assert len(ratios) >= 5
     med = sorted(ratios)[len(ratios) // 2]
     assert abs(math.log(med)) < math.log(1.1), ratios
+
+
+
+@pytest.mark.parametrize("preset", ["cpu-2ranks", "hgx-h100-8x"])
+def test_without_fp8_the_attention_core_and_head_share_the_linears_curve(preset):
+    # the 16-bit curve is taken after the CPU ranks' own constants (cpu_ranks e_max/x_half): taking it before them
+    # priced CPU ranks' attention and head on the GPU-family curve, twice as slow for the 10M model
+    ctx = Context(load_preset(preset), make_workload("gpt2", seq_len=64, global_batch=2))
+    assert ctx.bf16_curve == ctx.linear_curve
+    if preset == "cpu-2ranks":
+        assert ctx.linear_curve[1] == pytest.approx(float(load_calibration()["cpu_ranks"]["x_half"]))
+
+
+def test_fp8_moves_only_the_linears_curve():
+    bf16, fp8 = (Context(load_preset("hgx-h100-8x"), make_workload("llama-7b", seq_len=1024, global_batch=8,
+                                                                   precision=p)) for p in ("bf16", "fp8"))
+    assert fp8.bf16_curve == bf16.bf16_curve == bf16.linear_curve
+    assert fp8.linear_curve[0] == pytest.approx(bf16.linear_curve[0] * 1979 / 989.5 * 0.95)

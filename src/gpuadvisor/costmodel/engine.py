@@ -509,9 +509,11 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = 1.0 + rc * ctx.fwd_frac  # a recomputing layer replays its forward (1/3 of 6N; more with adapters)
-    def rate(rows, width):
-        # saturating in each pass's output size and reduction length (compute.layer_gemm_efficiency)
-        return ctx.rate_max * layer_gemm_efficiency(rows, ctx.h, width, ctx.x_half, ctx.w_half)
+    def rate(rows, width, curve=ctx.linear_curve):
+        # saturating in each pass's output size and reduction length (compute.layer_gemm_efficiency), on the
+        # Linears' curve or the 16-bit one (ctx.bf16_curve: attention core, LM head)
+        rate_max, x_half, w_half = curve
+        return rate_max * layer_gemm_efficiency(rows, ctx.h, width, x_half, w_half)
     # a TP GEMM keeps its tokens and one side at h; it narrows only where the split width falls below h (issue
     # 13: sizing every GEMM at tokens·h/tp made TP-8 runs of large models ~1.5x too slow on H100)
     fs = ctx.flops_split
@@ -522,10 +524,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     mlp_rows = tokens
     if ctx.top_k:
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
-    def rate16(rows, width):
-        # the 16-bit curve (the same as `rate` unless the Linears run FP8): the attention core and the LM head
-        return ctx.bf16_rate_max * layer_gemm_efficiency(rows, ctx.h, width, ctx.bf16_x_half, ctx.bf16_w_half)
-    core_rate = ctx.attn_rel * rate16(tokens, ctx.h)
+    core_rate = ctx.attn_rel * rate(tokens, ctx.h, ctx.bf16_curve)
     t_layer = tokens * extra / tp * (fs["proj"] / rate(tokens, ctx.q_width / tp)
                                      + fs["mlp"] / rate(mlp_rows, mlp_w)
                                      + fs["core"] / core_rate)
@@ -534,7 +533,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     if ctx.fp8_weight_cast:
         # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
         t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
-    t_head = tokens * ctx.head_fpt / tp / rate16(tokens, ctx.V / tp)
+    t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = extra * ctx.kpl * ctx.launch_us * 1e-6
@@ -585,11 +584,13 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
 
 
 def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
-    """`nb` bucket all-reduces of `total` bytes (nb − 1 full buckets and the rest), each its own collective
-    (algorithm, latency and host call): rings pay 2(n−1)·α per bucket, NCCL trees 2·log2(nodes)·α."""
+    """(seconds of all `nb` bucket all-reduces of `total` bytes, seconds of one full bucket): nb − 1 full buckets
+    and the rest, each its own collective (algorithm, latency and host call): rings pay 2(n−1)·α per bucket, NCCL
+    trees 2·log2(nodes)·α. The one bucket is what no backward can hide (`_overlapped`'s `last`)."""
     full = np.minimum(bucket, total)
+    one = g.allreduce(full)
     rest = total - (nb - 1) * full
-    return (nb - 1) * g.allreduce(full) + g.allreduce(rest) + nb * ctx.call_s
+    return (nb - 1) * one + g.allreduce(rest) + nb * ctx.call_s, one
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
@@ -622,15 +623,13 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
     bucket = bucket_mb * 2 ** 20
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
-    t = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
-    last = g.allreduce(np.minimum(bucket, gb_ddp))
+    t, last = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
     ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
     zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
     ag_after = g.rs(zgb) + ctx.call_s
-    t1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
-    last1 = g.allreduce(np.minimum(zbucket, zgb))
+    t1, last1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
     z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last

@@ -50,13 +50,6 @@ class Context:
         self.w_half = curve.w_half
         # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2 or cuDNN's
         self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
-        # the 16-bit curve of the attention core and the LM head: the GEMMs' own, and still theirs when the
-        # Linears run FP8 (FlashAttention/cuDNN attention are bf16; Transformer Engine's Megatron output layer and
-        # torchao's float8 converter, which skips torchtitan's "output", leave the head in bf16)
-        self.bf16_rate_max, self.bf16_x_half, self.bf16_w_half = self.rate_max, self.x_half, self.w_half
-        self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
-        if t.precision == "fp8" and self.transformer and dev.kind == "gpu":
-            self._fp8(dev, cal)
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
@@ -70,6 +63,15 @@ class Context:
             self.rate_max = base * 1e12 * float(cr["e_max"])
             self.x_half = float(cr["x_half"])
             self.w_half, self.attn_rel = 0.0, 1.0  # fitted on the CPU trainer's whole step (cpu_ranks section)
+        # (rate_max, x_half, w_half) of the Linears' GEMMs and of the 16-bit ones, the attention core and the LM
+        # head: one curve, unless the Linears run FP8 (FlashAttention/cuDNN attention are bf16; Transformer Engine's
+        # Megatron output layer and torchao's float8 converter, which skips torchtitan's "output", leave the head
+        # in bf16). Set after the CPU ranks' own constants, which both use.
+        self.bf16_curve = (self.rate_max, self.x_half, self.w_half)
+        self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
+        if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
+            self._fp8(dev, cal)
+        self.linear_curve = (self.rate_max, self.x_half, self.w_half)
         self.kpl, self.launch_us = float(ov["kernels_per_layer"]), float(ov["launch_us"])
         self.generic_kernels = float(ov.get("generic_kernels", 200))
         self.step_overhead = float(ov["step_overhead_s"])
