@@ -8,7 +8,7 @@ import sys
 from .. import exitcodes
 from ..errors import UserError
 from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET
-from .argtypes import number, text, whole
+from .argtypes import ATTENTION_HELP, ATTENTION_KERNELS, PRECISIONS, number, text, whole
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,9 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), default=None)
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), default=None,
                    help="default: dp*mb*m of the plan")
-    p.add_argument("--precision", default=None, choices=["bf16", "fp16", "fp32", "fp8"])
-    p.add_argument("--attention-kernel", default=None, choices=["flash", "cudnn"],
-                   help="fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA (bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN attention (Megatron-Core, NeMo)")
+    p.add_argument("--precision", default=None, choices=PRECISIONS)
+    p.add_argument("--attention-kernel", default=None, choices=ATTENTION_KERNELS, help=ATTENTION_HELP)
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")

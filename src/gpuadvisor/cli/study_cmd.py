@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import exitcodes
 from ..errors import UserError
 from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from .argtypes import whole
+from .argtypes import PRECISIONS, whole
 from .suggest_cmd import add_cluster_args, add_finetune_args, finetune_from_args, parse_duration
 
 DEFAULT_OUT = "gpuadvisor-study"
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sequence length for every model (default: the model's)")
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH),
                    help="global batch for every model (default: the model's)")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], help="precision for every model")
+    p.add_argument("--precision", choices=PRECISIONS, help="precision for every model")
     add_finetune_args(p)
     add_cluster_args(p)
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",

@@ -11,7 +11,8 @@ from .. import exitcodes
 from ..errors import UserError
 from ..schemas.bounds import MAX_CPU_RANKS
 from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, FineTune
-from .argtypes import check_writable, lora_targets, number, parse_duration, text, whole
+from .argtypes import (ATTENTION_HELP, ATTENTION_KERNELS, PRECISIONS, check_writable, lora_targets, number,
+                       parse_duration, text, whole)
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -29,10 +30,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="size (1.5B, 350M, 7B), preset (gpt2-xl, llama-7b, resnet18) or a HF config.json path")
     p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="tokens per sequence")
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="sequences per optimizer step (all ranks)")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16",
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="fp8: FP8 Linears (Transformer Engine / torchao float8) on Ada, Hopper or Blackwell")
-    p.add_argument("--attention-kernel", choices=["flash", "cudnn"], default="flash",
-                   help="fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA (bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN attention (Megatron-Core, NeMo)")
+    p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash", help=ATTENTION_HELP)
 
 
 def add_finetune_args(p: argparse.ArgumentParser) -> None:
@@ -111,12 +111,9 @@ def run(args: argparse.Namespace) -> int:
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision, attention_kernel=args.attention_kernel)
     if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 nor cuDNN attention
-        from types import SimpleNamespace
-
         from ..trials.hostcheck import refuse_unmeasurable
 
-        refuse_unmeasurable(SimpleNamespace(precision=args.precision, attention_kernel=args.attention_kernel),
-                            "confirm")
+        refuse_unmeasurable(args.precision, args.attention_kernel, "confirm")
     if args.study_name and not args.confirm:
         raise UserError("--study-name only applies with --confirm K; add --confirm or drop --study-name")
     if len(args.what_if) > 1 and (args.confirm or args.emit):

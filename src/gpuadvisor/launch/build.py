@@ -175,17 +175,6 @@ def _trainer_refusal(plan: Plan, workload: Workload, *, gpu: bool) -> Optional[s
             "environment and rendezvous for your own training (the framework files beside them)")
 
 
-def check_fp8_devices(workload: Workload, devices: list[Device]) -> None:
-    """One-line UserError when an fp8 workload is placed on GPUs without FP8 tensor cores (the cost model refuses
-    them too: costmodel/analytical Context._fp8); CPU ranks train fp32 whatever is asked, as for bf16."""
-    if workload.training.precision != "fp8":
-        return
-    bad = next((d for d in devices if d.kind == "gpu" and not d.peak_tflops_fp8), None)
-    if bad is not None:
-        raise UserError(f"{bad.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
-                        "use --precision bf16")
-
-
 def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool) -> list[str]:
     """What of the hand-over trains FP8 Linears (the prediction of an fp8 workload assumes them), what does not.
 
@@ -277,6 +266,8 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     except ValueError as exc:
         raise UserError(str(exc)) from None
     placed = choose_nodes(plan, cluster)
+    from ..costmodel.analytical import check_fp8_devices
+
     check_fp8_devices(workload, [d for _, used in placed for d in used])
     nodes = [n for n, _ in placed]
     multi = len(placed) > 1

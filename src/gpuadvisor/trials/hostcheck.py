@@ -111,11 +111,11 @@ def refuse_fp8(precision: str, command: str) -> None:
                     f"FP8 predictions; {FP8_FIX[command]}")
 
 
-def refuse_unmeasurable(training, command: str) -> None:
+def refuse_unmeasurable(precision: str, attention_kernel: str, command: str) -> None:
     """`refuse_fp8`, and the same for `attention_kernel` "cudnn": the bundled trainers run PyTorch's SDPA
     (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention."""
-    refuse_fp8(training.precision, command)
-    if training.attention_kernel == "cudnn":
+    refuse_fp8(precision, command)
+    if attention_kernel == "cudnn":
         raise UserError(f"{command}: --attention-kernel cudnn cannot be measured by the bundled trainers, which run "
                         "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "
                         "the megatron_args.txt that --emit writes (Transformer Engine's cuDNN attention)")

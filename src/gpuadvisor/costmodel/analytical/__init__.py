@@ -20,6 +20,17 @@ from .memory import state_bytes_per_param
 __all__ = ["Context"]
 
 
+def check_fp8_devices(workload: Workload, devices) -> None:
+    """One-line UserError when an fp8 workload meets a GPU without FP8 tensor cores (`Device.peak_tflops_fp8` 0).
+    CPU ranks train fp32 whatever is asked, as for bf16. Context (pricing) and launch/build.py (hand-over) ask."""
+    if workload.training.precision != "fp8":
+        return
+    bad = next((d for d in devices if d.kind == "gpu" and not d.peak_tflops_fp8), None)
+    if bad is not None:
+        raise UserError(f"{bad.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
+                        "use --precision bf16")
+
+
 class Context:
     """Plan-independent facts of one (cluster, workload): rates, shapes, constants, topology."""
 
@@ -69,6 +80,7 @@ class Context:
         # in bf16). Set after the CPU ranks' own constants, which both use.
         self.bf16_curve = (self.rate_max, self.x_half, self.w_half)
         self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
+        check_fp8_devices(workload, devs)
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
             self._fp8(dev, cal)
         self.linear_curve = (self.rate_max, self.x_half, self.w_half)
@@ -157,9 +169,6 @@ class Context:
         HBM traffic: every Linear input and output gradient is scanned for its scale and written in FP8
         (`cast_traffic_per_h`), every weight once per pass (`weight_cast_bytes_per_param`).
         """
-        if not dev.peak_tflops_fp8:
-            raise UserError(f"{dev.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
-                            "use --precision bf16")
         f8 = cal["fp8"]
         ratio = dev.peak_tflops_fp8 / dev.peak_tflops_bf16
         self.rate_max = self.rate_max * ratio * float(f8["large_gemm_ratio"])
