@@ -41,3 +41,15 @@ def test_launch_notes_say_which_file_runs_which_attention_on_hopper_only():
     assert len(cudnn) == 1 and "predicted with cuDNN fused attention" in cudnn[0]
     # A100: FlashAttention-2 and cuDNN attention are priced alike (both at the GEMM rate): nothing to say
     assert _notes("dgx-a100-8x", "flash") == [] and _notes("dgx-a100-8x", "cudnn") == []
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--attention-backend", "zzz"], "--attention-backend must be one of auto, flash, fused, unfused, local"),
+    (["--transformer-impl", "\x01\x02"], "--transformer-impl must be one of transformer_engine, local"),
+])
+def test_megatron_attention_values_outside_megatrons_choices_are_one_line_errors(extra, flag):
+    from gpuadvisor.errors import UserError
+
+    with pytest.raises(UserError, match=flag) as exc:
+        read_megatron(BASE + extra, world=8)
+    assert "\n" not in str(exc.value)

@@ -386,6 +386,9 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
 #: what the cost model prices, the others are read as per-tensor FP8 with a note
 _MEG_FP8_FORMATS = ("e4m3", "hybrid")
 _MEG_FP8_RECIPES = {"delayed": True, "tensorwise": True, "mxfp8": False, "blockwise": False, "custom": False}
+#: --transformer-impl choices and --attention-backend's (the AttnBackend enum) in megatron/training/arguments.py
+_MEG_IMPLS = ("transformer_engine", "local", "inference_optimized")
+_MEG_ATTN_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
                  "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
 
@@ -480,18 +483,24 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     elif "--fp8-recipe" in vals:
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
-    _megatron_attention(vals, rb)
+    _megatron_attention(vals, rb, where)
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)
     rb.world_size = world
     return rb
 
 
-def _megatron_attention(vals: dict[str, str], rb: ReadBack) -> None:
+def _megatron_attention(vals: dict[str, str], rb: ReadBack, where: str) -> None:
     """The attention kernel a Megatron run uses (megatron/training/arguments.py: --transformer-impl defaults to
     transformer_engine, --attention-backend to auto, which picks Transformer Engine's cuDNN fused attention where
-    it supports the shape): cudnn, unless the local implementation or the flash backend is asked for."""
+    it supports the shape): cudnn, unless the local implementation or the flash backend is asked for. Values
+    outside Megatron's choices are one-line errors, as Megatron's argparse makes them."""
     impl, backend = vals.get("--transformer-impl", "transformer_engine"), vals.get("--attention-backend", "auto")
+    for flag, value, choices in (("--transformer-impl", impl, _MEG_IMPLS),
+                                 ("--attention-backend", backend, _MEG_ATTN_BACKENDS)):
+        if value not in choices:
+            raise UserError(f"{where}: {flag} must be one of {', '.join(choices)} (Megatron's choices), "
+                            f"got {value!r}")
     if impl == "local" or backend in ("flash", "unfused", "local"):
         rb.attention_kernel = "flash"
         if backend in ("unfused", "local") or (impl == "local" and backend != "flash"):
