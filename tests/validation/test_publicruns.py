@@ -58,6 +58,41 @@ def test_measured_time_is_derived_from_throughput_when_missing(runs):
     assert bare.measured_iter_time_s == pytest.approx(r.global_batch * r.seq_len / (r.tokens_per_s_per_gpu * 512))
 
 
+def test_deepspeed_azure_time_comes_from_the_posts_flop_formula(runs):
+    """TFLOPs/GPU x GPUs x seconds = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) (the post's own definition)."""
+    from gpuadvisor.publicruns.metrics import full_recompute_flops_per_iteration
+
+    r = _find(runs, source_id="deepspeed_azure_2022", model_name="GPT 530B", gpus=512, micro_batch=1)
+    assert (r.iter_time_s, r.tokens_per_s_per_gpu, r.vocab) == (None, None, None)
+    # 530B: 105 layers, h 20480, seq 1024, batch 512; 64.3 TFLOPs/GPU on 512 GPUs
+    flops = 96 * 512 * 1024 * 105 * 20480 ** 2 * (1 + 1024 / (6 * 20480) + 50257 / (16 * 105 * 20480))
+    assert full_recompute_flops_per_iteration(512, 1024, 105, 20480, 50257) == pytest.approx(flops)
+    assert r.measured_iter_time_s == pytest.approx(flops / (64.3e12 * 512))
+    assert r.measured_iter_time_s == pytest.approx(68.0, abs=0.1)
+    assert r.measured_tokens_per_s_per_gpu == pytest.approx(1024 / r.measured_iter_time_s)
+    # a row whose metric is not that formula gets no time from its TFLOP/s
+    zpp = _find(runs, source_id="deepspeed_zeropp_2023")
+    assert zpp.tflops_per_gpu and zpp.measured_iter_time_s is None
+
+
+def test_deepspeed_azure_rows_map_under_the_optimizer_offload_approximation(runs):
+    r = _find(runs, source_id="deepspeed_azure_2022", model_name="GPT 175B", gpus=256, seq_len=1024, micro_batch=4)
+    with pytest.raises(Unsupported) as err:
+        to_inputs(r)
+    assert err.value.reasons == ("ZeRO-3 offloading only the optimizer states",)
+    inp = to_inputs(r, approximate=["offload-optimizer"])
+    p, m = inp.plan, inp.workload.model
+    assert (p.dp, p.zero_stage, p.zero_offload, p.micro_batch_size, p.num_micro_batches) == (256, 3, True, 4, 1)
+    assert (m.d_ff, m.vocab_size, m.mlp, m.n_layers) == (4 * 12288, 50257, "gelu", 96)
+    assert any(n.startswith("MLP width not stated") for n in inp.assumptions)
+    assert any(n.startswith("approximation offload-optimizer") for n in inp.assumptions)
+    node = inp.cluster.nodes[0]
+    assert (node.cpu.cores, len(inp.cluster.nodes), len(node.devices)) == (96, 32, 8)
+    assert node.cpu.ram_bytes == 1900 * 2 ** 30
+    # 8 HDR rails per node, as the row states
+    assert len(node.nics) == 8
+
+
 # ---------------------------------------------------------------- mapping
 
 

@@ -109,21 +109,33 @@ class PublicRun:
 
     @property
     def measured_iter_time_s(self) -> Optional[float]:
-        """Seconds per optimizer step: the row's own, else global batch tokens / (tokens/s/GPU x GPUs)."""
+        """Seconds per optimizer step: the row's own, else global batch tokens / (tokens/s/GPU x GPUs), else its
+        TFLOP/s per GPU through the FLOP formula its `metric_definition` states (metrics.FULL_RECOMPUTE_FORMULA)."""
         if self.iter_time_s:
             return self.iter_time_s
         tokens = self.global_batch_tokens or (
             self.global_batch * self.seq_len if self.global_batch and self.seq_len else None)
         if tokens and self.tokens_per_s_per_gpu and self.gpus:
             return tokens / (self.tokens_per_s_per_gpu * self.gpus)
-        return None
+        return self._time_from_tflops()
+
+    def _time_from_tflops(self) -> Optional[float]:
+        from .metrics import FULL_RECOMPUTE_FORMULA, GPT2_VOCAB, full_recompute_flops_per_iteration
+
+        shape = (self.global_batch, self.seq_len, self.layers, self.hidden)
+        if FULL_RECOMPUTE_FORMULA not in self.metric_definition.replace(" ", "") or not all(shape):
+            return None
+        if not (self.tflops_per_gpu and self.gpus):
+            return None
+        flops = full_recompute_flops_per_iteration(*shape, vocab=self.vocab or GPT2_VOCAB)  # type: ignore[arg-type]
+        return flops / (self.tflops_per_gpu * 1e12 * self.gpus)
 
     @property
     def measured_tokens_per_s_per_gpu(self) -> Optional[float]:
         """Tokens/s per GPU: the row's own, else derived from the iteration time."""
         if self.tokens_per_s_per_gpu:
             return self.tokens_per_s_per_gpu
-        t = self.iter_time_s
+        t = self.measured_iter_time_s
         if t and self.global_batch and self.seq_len and self.gpus:
             return self.global_batch * self.seq_len / (t * self.gpus)
         return None

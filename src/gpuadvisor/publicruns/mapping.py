@@ -18,6 +18,7 @@ from ..knowledge import GpuSpec, gpu_spec, load_links
 from ..schemas import Cluster, Plan, Workload
 from ..schemas.workload import ModelSpec, TrainingSettings
 from .load import PublicRun
+from .metrics import GPT2_VOCAB
 
 
 class Unsupported(ValueError):
@@ -38,6 +39,9 @@ LIMITS: dict[str, str] = {
     "selective-recompute": "selective recompute -> none (per-op selective checkpointing and unstated "
                            "fractions are not a Plan dimension; layer-level every other block is)",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
+    "offload-optimizer": "ZeRO-3 with only the optimizer states (and activation checkpoints) in host RAM -> the Plan's "
+                         "ZeRO-Offload, which at stage 3 offloads the parameters too (their per-micro-batch host "
+                         "copies are priced, the activation-checkpoint copies are not)",
     "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
                   "scaling on Hopper) -> per-tensor FP8 (their extra scale traffic and slower GEMMs are not priced)",
 }
@@ -76,6 +80,13 @@ DEFAULT_INTERCONNECT: dict[str, tuple[str, str]] = {
 #: (800 Gb/s) has no links.yaml class, so its rows stay "network not stated".
 SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100": "8x 200 Gb/s InfiniBand",
                                  "DGX-B200": "8x 400 Gb/s InfiniBand"}
+
+#: Cloud instance names in the `gpu` column -> the node's CPU (physical cores, sockets, host RAM GiB, source), which
+#: prices ZeRO-Offload's CPU Adam and host copies. Rows of other machines get the cluster-file default (one core).
+INSTANCE_CPU: tuple[tuple[str, tuple[int, int, int, str]], ...] = (
+    (r"NDm A100 v4", (96, 2, 1900, "Azure NDm A100 v4-series documentation: 96 vCPU (AMD EPYC 7V12, SMT off), "
+                                   "1900 GiB RAM per VM")),
+)
 
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
@@ -214,10 +225,13 @@ def placement_of(run: PublicRun) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=256)
 def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, topology: Optional[str],
-             network: Optional[str], nics: Rails) -> Cluster:
-    """A cluster-file document of `nodes` identical nodes, expanded by the cluster-file loader (cached)."""
+             network: Optional[str], nics: Rails, cpu: Optional[tuple[int, int, int]] = None) -> Cluster:
+    """A cluster-file document of `nodes` identical nodes, expanded by the cluster-file loader (cached).
+    `cpu`: (cores, sockets, RAM GiB) of each node, else the cluster file's default."""
     gpu: dict = {"gpu": gpu_key} if memory_gib is None else {"gpu": gpu_key, "memory_gib": memory_gib}
     node: dict = {"name": "node", "count": nodes, "gpus": [gpu] * gpn}
+    if cpu:
+        node["cpu"] = {"cores": cpu[0], "sockets": cpu[1], "ram_gib": cpu[2]}
     if topology:
         node["topology"] = topology
     if nics:
@@ -232,7 +246,12 @@ def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[
     """The cluster the run was measured on, built through the cluster-file format."""
     memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
     network, nics = network_of(run, gpn, notes) if nodes > 1 else (None, ())
-    return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network, nics)
+    cpu = None
+    for pattern, (cores, sockets, ram, why) in INSTANCE_CPU:
+        if re.search(pattern, run.gpu):
+            cpu = (cores, sockets, ram)
+            notes.append(f"node CPU: {why}")
+    return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network, nics, cpu)
 
 
 # ---------------------------------------------------------------- workload
@@ -265,17 +284,26 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
     text = f"{run.arch} {run.model_name}"
     if re.search(r"\bMoE\b|mixture|expert", text, re.IGNORECASE) or (run.ep or 1) > 1:
         return moe_model_of(run, notes)
-    need = {"layers": run.layers, "hidden": run.hidden, "heads": run.heads, "ffn_hidden": run.ffn_hidden,
-            "vocab": run.vocab, "seq_len": run.seq_len}
+    swiglu = bool(re.search(r"swiglu|llama|qwen", text, re.IGNORECASE))
+    ffn, vocab = run.ffn_hidden, run.vocab
+    if re.search(r"\bGPT\b", text) and not swiglu and run.hidden:
+        # GPT-3's shape rule (Brown et al. 2020 §2.1: d_ff = 4 x d_model) and the GPT-2 BPE vocabulary
+        if not ffn:
+            ffn = 4 * run.hidden
+            notes.append("MLP width not stated: 4 x hidden (GPT)")
+        if not vocab:
+            vocab = GPT2_VOCAB
+            notes.append(f"vocabulary not stated: GPT-2 BPE {GPT2_VOCAB}")
+    need = {"layers": run.layers, "hidden": run.hidden, "heads": run.heads, "ffn_hidden": ffn,
+            "vocab": vocab, "seq_len": run.seq_len}
     missing = [k for k, v in need.items() if not v]
     if missing:
         raise Unsupported("model shape not stated")
-    swiglu = bool(re.search(r"swiglu|llama|qwen", text, re.IGNORECASE))
     kv = run.kv_heads if run.kv_heads and run.kv_heads != run.heads else 0
     untied = swiglu or "untied" in f"{run.arch} {run.notes}".lower()
     learned_pos = bool(re.search(r"learned pos|gpt-2", text, re.IGNORECASE))
     spec = ModelSpec(name=run.model_name, n_layers=run.layers, d_model=run.hidden, n_heads=run.heads,
-                     d_ff=run.ffn_hidden, vocab_size=run.vocab, max_seq_len=run.seq_len if learned_pos else 0,
+                     d_ff=ffn, vocab_size=vocab, max_seq_len=run.seq_len if learned_pos else 0,
                      tied_embeddings=not untied, n_kv_heads=kv, mlp="swiglu" if swiglu else "gelu",
                      source=run.source_ref)
     if run.params and abs(spec.params / run.params - 1) > 0.02:
@@ -342,6 +370,8 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
         notes.append("distributed optimizer (ZeRO-1): the NeMo / Megatron-Bridge recipes' default")
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
+    if offload and stage == 3 and re.search(r"offload \(optimizer states(, activations)?\)", opts):
+        _limit("offload-optimizer", "ZeRO-3 offloading only the optimizer states", approximate, notes)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
     return stage, offload and stage > 0 and tp == 1 and pp == 1
 

@@ -56,3 +56,23 @@ def megatron_flops_per_token(layers: int, hidden: int, heads: int, kv_heads: int
     g = 1.5 if gated else 1.0
     L, h = layers, hidden
     return 12.0 * L * h * h * (1 + kv_heads / heads + seq_len / h + g * ffn_hidden / h + vocab / (2.0 * L * h))
+
+
+#: The GPT-2/GPT-3 byte-level BPE vocabulary (Radford et al. 2019, "Language Models are Unsupervised Multitask
+#: Learners" §2.2: 50,257 tokens; GPT-3 reuses it, Brown et al. 2020 §2.1) for GPT rows that leave `vocab` empty.
+GPT2_VOCAB = 50257
+
+#: The row's `metric_definition` when its TFLOP/s follow full_recompute_flops_per_iteration (DeepSpeed's Azure post).
+FULL_RECOMPUTE_FORMULA = "96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h))"
+
+
+def full_recompute_flops_per_iteration(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
+    """Hardware FLOPs of one iteration of a GPT (4h MLP) trained with full activation recomputation.
+
+    96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)): forward, backward and the recomputed forward (4 x 24·B·s·l·h²), the
+    attention scores and the LM head, as DeepSpeed's post "Azure empowers easy-to-use, high-performance, and
+    hyperscale model training using DeepSpeed" states it for its TFLOPs/GPU (microsoft/DeepSpeed
+    docs/_posts/2022-07-26-deepspeed-azure.md, lines 90-95). Their TFLOPs/GPU x GPUs x seconds is this number.
+    """
+    L, h, s = layers, hidden, seq_len
+    return 96.0 * batch * s * L * h * h * (1 + s / (6.0 * h) + vocab / (16.0 * L * h))
