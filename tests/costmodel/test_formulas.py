@@ -1,6 +1,7 @@
 """Hand-computed checks of each cost-model formula."""
 import math
 
+import numpy as np
 import pytest
 
 from gpuadvisor.costmodel.analytical import comm as C
@@ -21,15 +22,34 @@ def test_reduce_scatter_and_all_gather():
     assert C.all_gather_s(1e9, 2, 10.0, 0.0) == pytest.approx(0.05)
 
 
+def test_ring_latency_counts_network_hops_only_where_the_ring_leaves_a_node():
+    """NCCL's tuning model (src/graph/tuning.cc): (nRanks − nNodes)·α_intra + (nNodes − 1)·α_net per ring pass."""
+    # 16 nodes x 8 GPUs, 5 us network, 2 us NVLink: 15 network steps and 112 NVLink steps (was 127 x 5 us)
+    assert C.ring_steps_latency_s(128, 5.0, 16, 2.0) == pytest.approx(15 * 5e-6 + 112 * 2e-6)
+    assert C.reduce_scatter_s(0.0 + 1e6, 128, 10.0, 5.0, 16, 2.0) == pytest.approx(
+        127 / 128 * 1e6 / 10e9 + 15 * 5e-6 + 112 * 2e-6)
+    assert C.ring_allreduce_s(1e6, 128, 10.0, 5.0, 16, 2.0) == pytest.approx(
+        2 * 127 / 128 * 1e6 / 10e9 + 2 * (15 * 5e-6 + 112 * 2e-6))
+    # one node, one GPU per node (every step crosses), or no node count: every step pays α
+    assert C.ring_steps_latency_s(8, 2.0, 1, 2.0) == pytest.approx(7 * 2e-6)
+    assert C.ring_steps_latency_s(8, 5.0, 8, float("inf")) == pytest.approx(7 * 5e-6)
+    assert C.ring_steps_latency_s(128, 5.0) == pytest.approx(127 * 5e-6)
+    # arrays, as the engine passes them
+    got = C.ring_steps_latency_s(np.array([8.0, 64.0]), np.array([2.0, 30.0]), np.array([1.0, 8.0]),
+                                 np.array([2.0, 10.0]))
+    assert got == pytest.approx([7 * 2e-6, 7 * 30e-6 + 56 * 10e-6])
+
+
 def test_nccl_tree_allreduce_wins_latency_bound_sizes_across_nodes_only():
     # 64 ranks on 8 nodes, 25 GB/s rails, 5 us network and 2 us NVLink hops, tree bandwidth 0.85 of the ring's
-    ring = C.ring_allreduce_s(25e3, 64, 25.0, 5.0)
+    ring = C.ring_allreduce_s(25e3, 64, 25.0, 5.0, 8, 2.0)
     tree = C.tree_allreduce_s(25e3, 64, 8, 8, 25.0, 5.0, 2.0, 0.85)
-    assert ring == pytest.approx(2 * 63 / 64 * 25e3 / 25e9 + 2 * 63 * 5e-6)
+    assert ring == pytest.approx(2 * 63 / 64 * 25e3 / 25e9 + 2 * (7 * 5e-6 + 56 * 2e-6))
     assert tree == pytest.approx(2 * 63 / 64 * 25e3 / (0.85 * 25e9) + 2 * (3 * 5e-6 + 7 * 2e-6))
-    assert tree < ring / 5
+    assert tree < ring / 4
     # large buffers: the ring's full bandwidth wins, as NCCL's tuner picks rings there
-    big_ring, big_tree = C.ring_allreduce_s(1e9, 64, 25.0, 5.0), C.tree_allreduce_s(1e9, 64, 8, 8, 25.0, 5.0, 2.0, 0.85)
+    big_ring = C.ring_allreduce_s(1e9, 64, 25.0, 5.0, 8, 2.0)
+    big_tree = C.tree_allreduce_s(1e9, 64, 8, 8, 25.0, 5.0, 2.0, 0.85)
     assert big_ring < big_tree
     args = (64, 8, 8, 25.0, 5.0, 150.0, 2.0, 0, 0.0, 99)
     assert C.allreduce_s(1e9, *args, 0.85) == pytest.approx(big_ring)

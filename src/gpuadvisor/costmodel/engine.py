@@ -18,6 +18,7 @@ from .analytical import Context
 from .analytical.comm import Group, allreduce_s
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
+from .analytical.comm import ring_steps_latency_s
 from .analytical.compute import layer_gemm_efficiency
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
@@ -101,7 +102,12 @@ class _G:
                            self.intra_lat, self.flows, self.net_bw_per_flow, self.hier_min, self.tree_bw)
 
     def rs(self, size):
-        return _rs(size, self.n, self.bw, self.lat)
+        return _rs(size, self.n, self.bw, self.lat, self.nodes, self.intra_lat)
+
+    @property
+    def ring_lat_s(self):
+        """Latency of one ring pass over the group (comm.ring_steps_latency_s): what each extra bucket pays."""
+        return ring_steps_latency_s(self.n, self.lat, self.nodes, self.intra_lat)
 
     def per_kind(self, table: dict, default: float) -> np.ndarray:
         """A per-link-kind constant (TP comm efficiency, DDP contention, P2P call cost) for each row."""
@@ -585,8 +591,9 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
 
 def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
     """(seconds of all `nb` bucket all-reduces of `total` bytes, seconds of one full bucket): nb − 1 full buckets
-    and the rest, each its own collective (algorithm, latency and host call): rings pay 2(n−1)·α per bucket, NCCL
-    trees 2·log2(nodes)·α. The one bucket is what no backward can hide (`_overlapped`'s `last`)."""
+    and the rest, each its own collective (algorithm, latency and host call): rings pay twice the ring's step
+    latency per bucket (comm.ring_steps_latency_s), NCCL trees 2·log2(nodes)·α. The one bucket is what no backward
+    can hide (`_overlapped`'s `last`)."""
     full = np.minimum(bucket, total)
     one = g.allreduce(full)
     rest = total - (nb - 1) * full
@@ -610,7 +617,6 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     runs as Megatron-Core's distributed optimizer (beside TP or PP).
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
-    lat = g.lat * 1e-6
     multi = dp > 1
     n_opt = np.where(zero >= 1, _sharded(n_dev, np.where(n_dev > 0, exp / np.maximum(n_dev, 1e-30), 0.0), dp, edp),
                      n_dev)
@@ -635,12 +641,12 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last
     # backward, the updated parameters all-gathered bucket by bucket during the next step's first forward
     # (Megatron-Core distributed optimizer docs, "overlap_param_gather"); only the last bucket of each shows
-    rs1 = g.rs(zgb) + (znb - 1) * (dp - 1) * lat + znb * ctx.call_s
+    rs1 = g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s
     bucket1 = g.rs(np.minimum(zbucket, zgb))
     meg = (_overlapped(rs1, bucket1, window, ctx.contention)
            + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
     z1 = np.where(megatron & ovl, meg, z1)
-    t2 = g.rs(zgb) + (znb - 1) * (dp - 1) * lat + znb * ctx.call_s
+    t2 = g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s
     last2 = g.rs(np.minimum(zbucket, zgb))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
     exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, 0.0)))

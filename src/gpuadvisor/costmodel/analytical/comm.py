@@ -29,19 +29,34 @@ def _out(t, n, size):
     return float(t) if np.ndim(t) == 0 else t
 
 
-def ring_allreduce_s(size_bytes, n, bw_gb_per_s, latency_us):
-    """Ring all-reduce: 2(n−1)/n · S/B + 2(n−1)·α (Thakur et al. 2005 §4.2; nccl-tests busbw).
+def ring_steps_latency_s(n, latency_us, nodes=None, intra_lat_us=None):
+    """Latency of one pass around a ring of n ranks (n − 1 steps), seconds; scalars or arrays.
 
-    Scalars or NumPy arrays (the engine prices every candidate at once with the same function)."""
+    NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel): a ring step that stays inside a
+    node costs the intra-node hop latency and only the nNodes − 1 steps that cross nodes cost the network's,
+    (nRanks − nNodes)·α_intra + (nNodes − 1)·α_net. Without `nodes` (or on one node) every step costs α."""
+    n = np.asarray(n, dtype=float)
+    if nodes is None or intra_lat_us is None:
+        return (n - 1) * np.asarray(latency_us, dtype=float) * 1e-6
+    k = np.clip(np.asarray(nodes, dtype=float), 1.0, np.maximum(n, 1.0))
+    intra = np.where(np.isfinite(intra_lat_us), intra_lat_us, 0.0)
+    across = (k - 1) * latency_us + (n - k) * intra
+    return np.where(k > 1, across, (n - 1) * latency_us) * 1e-6
+
+
+def ring_allreduce_s(size_bytes, n, bw_gb_per_s, latency_us, nodes=None, intra_lat_us=None):
+    """Ring all-reduce: 2(n−1)/n · S/B + twice the ring's step latency (Thakur et al. 2005 §4.2; nccl-tests
+    busbw; ring_steps_latency_s). Scalars or NumPy arrays (the engine prices every candidate at once)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = 2.0 * (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + 2.0 * (n - 1) * latency_us * 1e-6
+        t = (2.0 * (n - 1) / n * size_bytes / (bw_gb_per_s * GB)
+             + 2.0 * ring_steps_latency_s(n, latency_us, nodes, intra_lat_us))
     return _out(t, n, size_bytes)
 
 
-def reduce_scatter_s(size_bytes, n, bw_gb_per_s, latency_us):
-    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + (n−1)·α (scalars or arrays)."""
+def reduce_scatter_s(size_bytes, n, bw_gb_per_s, latency_us, nodes=None, intra_lat_us=None):
+    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + the ring's step latency."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + (n - 1) * latency_us * 1e-6
+        t = (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + ring_steps_latency_s(n, latency_us, nodes, intra_lat_us)
     return _out(t, n, size_bytes)
 
 
@@ -469,7 +484,7 @@ def allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_bw, intra_lat, fl
     """`group_allreduce_s` over arrays of group attributes (one entry per candidate plan), the engine's path.
 
     `tree_bw_factor` > 0 lets NCCL's tree compete (tree_allreduce_s); 0 (gloo) keeps rings."""
-    flat = ring_allreduce_s(size_bytes, n, bw, lat)
+    flat = ring_allreduce_s(size_bytes, n, bw, lat, nodes, intra_lat)
     if tree_bw_factor > 0:
         flat = np.minimum(flat, tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, tree_bw_factor))
         flat = float(flat) if np.ndim(flat) == 0 else flat
