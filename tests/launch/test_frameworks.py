@@ -89,7 +89,8 @@ def test_torchtitan_toml_against_job_config(tmp_path, name):
     assert tr["enable_cpu_offload"] == plan.zero_offload
     if plan.zero_stage and plan.zero_hpz_partition_size == 1:  # FSDP over dp, beside TP and PP
         assert par["data_parallel_shard_degree"] == plan.dp and par["data_parallel_replicate_degree"] == 1
-        assert par["fsdp_reshard_after_forward"] == ("always" if plan.zero_stage == 3 else "never")
+        want = ("default" if plan.pp > 1 else "always") if plan.zero_stage == 3 else "never"
+        assert par["fsdp_reshard_after_forward"] == want
     assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"]) == (plan.tp, plan.pp)
 
 

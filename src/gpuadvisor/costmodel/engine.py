@@ -271,7 +271,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
-    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, zero, hpz, rc, layers, t_layer, t_head, e_shard)
+    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard)
 
     # ---- pipeline (pipeline.py): P2P of b·s·h/t per micro-batch per boundary, fwd and bwd ----
     psize = tokens * ctx.h * ctx.act_bytes / tp
@@ -299,7 +299,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     w_dev = np.maximum(st["w_first"], st["w_last"])
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
-                                                                 (tp > 1) | (pp > 1))
+                                                                 (tp > 1) | (pp > 1), (zero >= 3) & (pp > 1),
+                                                                 layers)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -475,9 +476,14 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     w, g, o = wbytes, train * gbb, train * ob
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(train > 0, exp / train, 0.0)
+    # ZeRO-3 with PP is FSDP per pipeline stage as torch.distributed.pipelining runs it: every backward leaves the
+    # stage's parameters unsharded and accumulates unsharded gradients until the last micro-batch
+    # (PipelineStage.backward_maybe_with_nosync: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
+    # so at the peak the device holds its stage's whole weights and gradients, as ZeRO-1 does
+    z3 = (zero >= 3) & (pp == 1)
     o = np.where(zero >= 1, _sharded(o, f, dp, edp), o)
-    g = np.where(zero >= 2, _sharded(g, f, dp, edp), g)
-    w = np.where(zero >= 3, _sharded(w, f, dp, edp) + np.where(hpz > 1, wbytes / hpz, 0.0), w)
+    g = np.where((zero >= 2) & ((zero < 3) | z3), _sharded(g, f, dp, edp), g)
+    w = np.where(z3, _sharded(w, f, dp, edp) + np.where(hpz > 1, wbytes / hpz, 0.0), w)
     host = np.where(off, o + train * 4.0 / dp + np.where(zero >= 3, wbytes / dp, 0.0), 0.0)
     # ZeRO-3 offload_param keeps the partition in host RAM: the device holds only the gathered layers (below),
     # as DeepSpeed's estimate_zero3_model_states_mem_needs counts it (offload_param=cpu: largest layer only)
@@ -486,7 +492,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     o = np.where(off, 0.0, o)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
-    gathered = np.where(zero >= 3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0
+    gathered = np.where(z3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0
     # DeepSpeed's reduce bucket fills with what trains (the adapters with LoRA)
     # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
     buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
@@ -551,7 +557,7 @@ def _layer_bytes(ctx: Context, tp, e_shard):
     return ctx.w_layer_bytes / tp + ctx.p_layer_exp * ctx.weight_bytes * (1.0 / e_shard - 1.0 / tp)
 
 
-def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_layer, t_head, e_shard):
+def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -585,7 +591,7 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, zero, hpz, rc, layers, t_
     with np.errstate(divide="ignore", invalid="ignore"):
         sent = (layers * (per_layer * np.where(hpz > 1, 1.0, 2.0) + grads) * (n - 1) / n
                 + (2.0 if ctx.adapters else 3.0) * ends * (n - 1) / n)
-    on = (zero >= 3) & (dp > 1)
+    on = (zero >= 3) & (dp > 1) & (pp == 1)  # with PP the stage's FSDP syncs once per step (_data_parallel)
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 
@@ -601,7 +607,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
-                   exp, edp, megatron):
+                   exp, edp, megatron, fsdp_stage, layers):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
 
     DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
@@ -614,7 +620,11 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     `exp` of them are routed experts whose gradients sync over the expert data-parallel group of `edp` ranks
     (dp·tp/ep, a slice of the dp group): the same ring over fewer ranks, (e−1)/e of the bytes instead of
     (d−1)/d, priced as that share of the dp group's traffic; none when edp = 1. `megatron`: rows whose ZeRO-1
-    runs as Megatron-Core's distributed optimizer (beside TP or PP).
+    runs as Megatron-Core's distributed optimizer (beside TP or PP). `fsdp_stage`: ZeRO-3 with PP, FSDP per pipeline
+    stage as torch.distributed.pipelining runs it (torchtitan 3D): gradients accumulate unsharded and are
+    reduce-scattered once, after the stage's last backward (PipelineStage.backward_maybe_with_nosync), which nothing
+    hides; the parameters are all-gathered once per step, layer by layer ahead of the first micro-batch's forward
+    (torchtitan apply_fsdp: no resharding under PP, "to avoid per-microbatch all-gathers"). `layers`: FSDP units.
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     multi = dp > 1
@@ -649,12 +659,18 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     t2 = g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s
     last2 = g.rs(np.minimum(zbucket, zgb))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
-    exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, 0.0)))
+    units = np.maximum(layers, 1.0)
+    rs_stage = g.rs(n_dev * ctx.z3_grad_bytes) + units * ctx.call_s
+    ag_stage = g.rs(w_dev) + units * ctx.call_s
+    fsdp = rs_stage + _overlapped(ag_stage, g.rs(w_dev / units), ctx.fwd_frac * t_mb, ctx.contention)
+    exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, np.where(fsdp_stage, fsdp,
+                                                                                                   0.0))))
     exposed = np.where(multi, exposed, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(multi, (dp - 1) / dp, 0.0)
     sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, 2.0, 3.0) * frac * zgb,
                                                               np.where(zero == 2, (m + 1) * frac * zgb, 0.0)))
+    sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
     # grads down, params up (+ ZeRO-3 fetches of the weight partition, fwd and bwd, per micro-batch)

@@ -182,8 +182,13 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     zero = 0
     if shard > 1:
         reshard = par.get("fsdp_reshard_after_forward", "default")
-        # torchtitan's "default" reshards after forward except under pipeline parallelism (parallelize.py)
-        zero = 3 if reshard == "always" or (reshard == "default" and pp == 1) else 2
+        # torchtitan's "default" reshards after forward except under pipeline parallelism (parallelize.py), which is
+        # how the cost model prices ZeRO-3 with PP (FSDP per stage, synced once per step)
+        zero = 3 if reshard in ("always", "default") else 2
+        if reshard == "always" and pp > 1:
+            rb.notes.append("fsdp_reshard_after_forward \"always\" under pipeline parallelism re-gathers each stage's "
+                            "weights for every micro-batch's backward (torch's pipelining leaves them unsharded after "
+                            "it); predicted as \"default\", one all-gather per step: expect it slower")
         if zero == 2 and pp > 1:  # FSDP per stage without resharding: ZeRO-2 does not combine with PP in a Plan
             zero = 1
             rb.notes.append("FSDP without resharding under pipeline parallelism is predicted as ZeRO-1 (distributed "

@@ -21,8 +21,11 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
 - ep -> expert_parallel_degree with expert_tensor_parallel_degree = 1 (torchtitan's MoE models).
 - ZeRO with TP/PP is torchtitan's 2D/3D parallelism (ParallelDims: replicate x shard x tp x pp = world):
   data_parallel_shard_degree = dp beside tensor_parallel_degree and pipeline_parallel_degree, FSDP wrapping each
-  pipeline stage. ZeRO-3 with PP keeps "always" (reshard every micro-batch, ZeRO-3's memory); torchtitan's
-  "default" would not reshard under PP. ZeRO-1 (distributed optimizer elsewhere) is FSDP without resharding.
+  pipeline stage. ZeRO-3 with PP is torchtitan's "default" (no resharding under PP: one all-gather per step, as
+  the cost model prices it): torch's pipelining leaves each stage's parameters unsharded after every backward and
+  accumulates unsharded gradients until the last micro-batch (PipelineStage.backward_maybe_with_nosync), so
+  "always" would only add an all-gather per micro-batch without lowering the peak. ZeRO-1 (distributed optimizer
+  elsewhere) is FSDP without resharding.
 Extension point: per-op selective checkpointing and context parallel are not Plan fields; add them to `titan_config`
 when the Plan gains them.
 """
@@ -51,7 +54,8 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         par.update(data_parallel_replicate_degree=plan.dp // h, data_parallel_shard_degree=h)
     else:
         par.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=plan.dp,
-                   fsdp_reshard_after_forward="always" if plan.zero_stage == 3 else "never")
+                   fsdp_reshard_after_forward=("default" if plan.pp > 1 else "always") if plan.zero_stage == 3
+                   else "never")
     if plan.tp > 1:
         par["disable_loss_parallel"] = False
     if plan.tp_comm_overlap:
@@ -140,6 +144,7 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
         notes.append(f"ZeRO-{plan.zero_stage} with tp={plan.tp}, pp={plan.pp}: FSDP2 over dp={plan.dp} "
                      "beside TP/PP (torchtitan's 2D/3D parallelism)")
     if plan.zero_stage == 3 and plan.pp > 1:
-        notes.append("fsdp_reshard_after_forward = \"always\": ZeRO-3 memory; \"default\" skips resharding under PP "
-                     "(fewer all-gathers, more memory)")
+        notes.append("fsdp_reshard_after_forward = \"default\" (no resharding under PP): torch's pipelining keeps each "
+                     "stage's weights and gradients unsharded through the step anyway, so the stage syncs once per step "
+                     "and holds ZeRO-1's memory, as predicted")
     return toml_text(titan_config(plan, workload, steps=steps), notes)
