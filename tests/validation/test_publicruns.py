@@ -93,6 +93,24 @@ def test_deepspeed_azure_rows_map_under_the_optimizer_offload_approximation(runs
     assert len(node.nics) == 8
 
 
+def test_torchtitan_pipeline_rows_run_torchtitans_default_micro_batches(runs):
+    """pipeline_parallel_microbatches unset = pp x stages per rank (1 for 1F1B, 2 for Interleaved 1F1B)."""
+    from gpuadvisor.api import predict
+
+    one_f_one_b, interleaved = _run(runs, "torchtitan:13"), _run(runs, "torchtitan:14")
+    assert one_f_one_b.micro_batch is None and "PP schedule 1F1B" in one_f_one_b.other_opts
+    p = to_inputs(one_f_one_b).plan  # no approximation needed any more
+    assert (p.dp, p.tp, p.pp, p.zero_stage, p.micro_batch_size, p.num_micro_batches, p.pp_schedule) == (
+        8, 8, 8, 3, 4, 8, "1f1b")
+    q = to_inputs(interleaved).plan
+    assert (q.micro_batch_size, q.num_micro_batches, q.pp_schedule, q.pp_virtual_stages) == (2, 16, "interleaved", 2)
+    # FSDP per stage holds the stage's whole weights and gradients (torch pipelining): torchtitan measured
+    # 82.5 GiB reserved; the model's 43 GiB is what the tensors need (it read 22 GiB with sharded stages)
+    inp = to_inputs(one_f_one_b)
+    need = predict(inp.workload, inp.plan, cluster=inp.cluster).memory.total / 2 ** 30
+    assert 0.5 * one_f_one_b.mem_gib < need < one_f_one_b.mem_gib
+
+
 # ---------------------------------------------------------------- mapping
 
 

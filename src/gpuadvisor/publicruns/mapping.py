@@ -88,6 +88,8 @@ INSTANCE_CPU: tuple[tuple[str, tuple[int, int, int, str]], ...] = (
                                    "1900 GiB RAM per VM")),
 )
 
+#: torchtitan rows (their unstated pipeline split and micro-batch count are torchtitan's defaults).
+TORCHTITAN = re.compile(r"torchtitan", re.IGNORECASE)
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
@@ -396,12 +398,34 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
     raise Unsupported("activation checkpointing not understood")
 
 
-def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[str]) -> tuple[int, int]:
-    """(micro-batch, micro-batches per step) with dp * mb * m = global batch."""
+def titan_stages_per_rank(run: PublicRun) -> int:
+    """Pipeline stages per rank of a torchtitan row that leaves `vpp` empty: torchtitan's default split, 1 for the
+    single-stage schedules (1F1B, GPipe) and 2 for the looped ones (Interleaved 1F1B, ...) (generate_split_points,
+    torchtitan/parallelisms/pipelining_utils.py)."""
+    if run.vpp:
+        return run.vpp
+    if (run.pp or 1) > 1 and TORCHTITAN.search(run.framework) and re.search(r"interleaved|looped", run.other_opts,
+                                                                            re.IGNORECASE):
+        return 2
+    return 1
+
+
+def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[str],
+             pp: int = 1) -> tuple[int, int]:
+    """(micro-batch, micro-batches per step) with dp * mb * m = global batch.
+
+    A torchtitan pipeline row without its micro-batch runs torchtitan's default count, pipeline_parallel_microbatches
+    = pp x stages per rank (build_pipeline_schedule: "if n_microbatches is None: n_microbatches = num_total_stages"),
+    each of local batch / count sequences."""
     gb = run.global_batch
     if not gb:
         raise Unsupported("global batch not stated")
     mb = run.micro_batch
+    count = pp * titan_stages_per_rank(run)
+    if not mb and pp > 1 and TORCHTITAN.search(run.framework) and gb % (dp * count) == 0:
+        mb = gb // (dp * count)
+        notes.append(f"pipeline micro-batches not stated: torchtitan's default pp x stages per rank = {count}, "
+                     f"{mb} sequence(s) each")
     if not mb:
         _limit("micro-batch", "micro-batch not stated", approximate, notes)
         mb = 1
@@ -415,7 +439,10 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
             sharding: tuple[int, bool], batch: tuple[int, int], recompute: float, notes: list[str]) -> Plan:
     """The Plan from the mapped pieces; Unsupported if Plan refuses the combination."""
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
-    vpp = run.vpp or 1
+    vpp = titan_stages_per_rank(run)
+    if vpp > 1 and not run.vpp:
+        notes.append(f"{run.other_opts.split('schedule')[-1].strip() or 'looped'} schedule: torchtitan's default "
+                     f"{vpp} stages per rank")
     sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
     if sp:
         notes.append("tensor parallelism with sequence parallelism (framework default)")
@@ -490,7 +517,7 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     batch: Any = None
     if degrees:
         sharding = attempt(sharding_of, run, *degrees, approximate, notes)
-        batch = attempt(batch_of, run, degrees[0], approximate, notes)
+        batch = attempt(batch_of, run, degrees[0], approximate, notes, degrees[2])
     if placement and placement[0] > 1 and (reasons or not spec):
         attempt(network_of, run, placement[1], [])  # only for its reason: the cluster is not built
     cluster = attempt(cluster_of, run, spec, *placement, notes) if spec and placement and not reasons else None
