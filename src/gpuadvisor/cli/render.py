@@ -135,7 +135,8 @@ def ranking_view(r: Ranking, cluster: Cluster, workload: Workload, *, details: i
     """The ranked table plus a breakdown of the top `details` plans, as a rich renderable (fits any width)."""
     unit = "tok/s" if workload.model.kind == "transformer" else "samples/s"
     head = [f"Cluster : {describe_cluster(cluster)}", *workload_header(workload),
-            f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}."]
+            f"Ranked {r.n_candidates} candidate plans, {r.n_feasible} feasible, by {r.objective}.",
+            *(f"note: {n}" for n in r.notes)]
     parts: list[RenderableType] = [Text(title, style="bold")] if title else []
     parts.append(block(head))
     if not r.top:

@@ -10,7 +10,7 @@ from ..costmodel.calibration import load_calibration
 from ..costmodel.combine import apply_correction, make_context, to_estimate
 from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
-from ..candidates import SearchSpace, enumerate_rows
+from ..candidates import COLUMNS, SearchSpace, enumerate_rows
 from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, unique_rows
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, Ranking, Workload
@@ -160,12 +160,25 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
         notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "
                      f"states alone exceed {ctx.mem_cap / 2**30:.1f} GiB per device; {n_timed} evaluated, "
                      f"{n_timed - n_ok} of them infeasible")
+    blind = [nd.name for nd in cluster.nodes if nd.cpu.ram_bytes == 0 and nd.cpu.cores <= 1]
+    if blind and len(rows) and np.any(b.a[:, COLUMNS.index("zero_offload")] > 0):
+        notes.append(f"host CPU not described for {_names(blind)} (no cpu: in the cluster file): ZeRO-Offload "
+                     "plans are priced with CPU Adam on 1 core per node and host RAM is not checked; add "
+                     "cpu: {cores: N, ram_gib: M} to the node or probe it")
     if n_ok and tops and tops[0].plan.world_size < cluster.num_devices:
         notes.append(f"the best plan uses {tops[0].plan.world_size} of {cluster.num_devices} devices: "
                      "more would be slower on these links")
     return Ranking(cluster_name=cluster.name, cluster_source=cluster.source, workload_name=workload.model.name,
                    objective=objective, n_candidates=n, n_feasible=n_ok, top=tops, infeasible_reasons=reasons,
                    fits_nowhere=fits, notes=notes)
+
+
+def _names(names: list[str]) -> str:
+    """'node a', 'nodes a, b' or 'nodes a, b and 3 more'."""
+    if len(names) == 1:
+        return f"node {names[0]}"
+    shown = ", ".join(names[:2])
+    return f"nodes {shown}" + (f" and {len(names) - 2} more" if len(names) > 2 else "")
 
 
 def _label(p) -> str:
