@@ -608,7 +608,8 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
                    exp, edp, megatron, fsdp_stage, layers):
-    """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP and ZeRO-1/2.
+    """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP, ZeRO-1/2 and ZeRO-3
+    with PP (synced once per step, `fsdp_stage` below).
 
     DDP (Li et al. 2020 §3.2): fp32 gradients (AMP) in bucket_cap_mb buckets, once per step with gradient
     accumulation (no_sync), overlapped with the last micro-batch's backward; fp16/bf16 hooks halve the bytes,
@@ -660,8 +661,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     last2 = g.rs(np.minimum(zbucket, zgb))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
     units = np.maximum(layers, 1.0)
-    rs_stage = g.rs(n_dev * ctx.z3_grad_bytes) + units * ctx.call_s
-    ag_stage = g.rs(w_dev) + units * ctx.call_s
+    per_unit = (units - 1) * g.ring_lat_s + units * ctx.call_s  # one collective per FSDP unit (layer)
+    rs_stage = g.rs(n_dev * ctx.z3_grad_bytes) + per_unit
+    ag_stage = g.rs(w_dev) + per_unit
     fsdp = rs_stage + _overlapped(ag_stage, g.rs(w_dev / units), ctx.fwd_frac * t_mb, ctx.contention)
     exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, np.where(fsdp_stage, fsdp,
                                                                                                    0.0))))
