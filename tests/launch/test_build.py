@@ -115,6 +115,18 @@ def test_zero_two_nodes_hostfile_note_and_fp16(two_nodes):
     assert deepspeed_config(Plan(dp=2, devices_per_node=2), wl) is None
 
 
+def test_zero3_across_nodes_says_deepspeed_may_run_slower(two_nodes, one_node):
+    from gpuadvisor.launch.build import DEEPSPEED_ZERO3_NOTE
+
+    wl = make_workload("gpt2", global_batch=8)
+    z3 = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
+    assert DEEPSPEED_ZERO3_NOTE in build_launch(z3, two_nodes, wl).notes
+    z1 = Plan(dp=4, zero_stage=1, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
+    assert DEEPSPEED_ZERO3_NOTE not in build_launch(z1, two_nodes, wl).notes
+    one = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=1, devices_per_node=4)
+    assert DEEPSPEED_ZERO3_NOTE not in build_launch(one, one_node, wl).notes  # NVLink/PCIe inside a node
+
+
 def test_no_p2p_sets_nccl_p2p_disable(no_p2p):
     lc = build_launch(Plan(dp=2, micro_batch_size=4, devices_per_node=2), no_p2p, make_workload("gpt2"))
     var = env_of(lc.nodes[0].env)["NCCL_P2P_DISABLE"]

@@ -245,6 +245,15 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
     return []
 
 
+#: ZeRO-3 across nodes is priced as FSDP runs it; DeepSpeed's own ZeRO-3 runs were slower (docs/cost-model.md,
+#: known gaps; docs/calibration.md, the Azure rows).
+DEEPSPEED_ZERO3_NOTE = (
+    "ZeRO-3 across nodes is predicted as FSDP runs it (per-layer gathers at the network's full rate); DeepSpeed's "
+    "own ZeRO-3 runs across nodes (Azure, DeepSpeed 0.6) ran 1.2-3x slower than that model at 1-4 sequences per GPU. "
+    "If ds_config.json falls short of the prediction, the FSDP configs written with --emit (torchtitan.toml, "
+    "accelerate.yaml) run what was predicted")
+
+
 def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
                  master_addr: Optional[str] = None, port: int = 29500, steps: Optional[int] = None,
                  out_dir: str = "runs/gpuadvisor", measured_tokens_per_s: Optional[float] = None) -> LaunchConfig:
@@ -310,6 +319,8 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         where = f" with a hostfile ({'; '.join(shown)})" if multi else ""
         ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
         notes.append(f"deepspeed launcher equivalent{where}{ssh}: {shlex.join(cmd)}")
+    if ds is not None and plan.zero_stage == 3 and multi and gpu and not workload.finetune.adapters:
+        notes.append(DEEPSPEED_ZERO3_NOTE)
     hybrid = hybrid_reason(plan)
     if hybrid:
         notes.append(f"no ds_config.json: {hybrid}")
