@@ -266,8 +266,11 @@ def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:
 
 
 def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
-    """ZeRO choices with TP/PP (Plan's rules): no offload; ZeRO-2 not with PP."""
-    return tuple((z, off) for z, off in sp.zero_options if not off and not (z == 2 and pp > 1))
+    """ZeRO choices with TP/PP (Plan's rules): no offload; ZeRO-2 not with PP. ZeRO-3 with PP is not proposed
+    either: torch's pipelining runs it as FSDP per stage, which holds ZeRO-1's memory and syncs once per step
+    (costmodel.engine, `fsdp_stage`), so ZeRO-1 with PP, the simpler plan, is the same candidate; Plan still
+    accepts it (predict --plan, torchtitan readback)."""
+    return tuple((z, off) for z, off in sp.zero_options if not off and not (z >= 2 and pp > 1))
 
 
 def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool,
