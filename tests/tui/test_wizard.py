@@ -264,3 +264,16 @@ async def test_export_a_chosen_rank_like_suggest_emit_rank(tmp_path, monkeypatch
         ranked = app.suggestion.ranking.top
     job = json.loads((tmp_path / "second" / "job.json").read_text())
     assert len(ranked) >= 2 and job["plan"] == ranked[1].plan.model_dump(mode="json")
+
+
+@run_async
+async def test_results_show_the_rankings_notes_in_tui_words(tmp_path):
+    """The ranking's notes (here: offload priced on an undescribed host CPU) show under the status line."""
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("name: bare\nnodes:\n  - name: box\n    gpus: 1x RTX 4090\n")
+    app = make_app(preset=None, cluster_file=str(bare), model="7B")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await goto(pilot, "results")
+        status = text_of(app.screen.query_one("#rank-status", Static))
+        assert "note: host CPU not described for node box" in status, status
+        assert "pruned before timing" not in status  # the counts are on the status line already

@@ -5,6 +5,7 @@ or changing a what-if while it runs kills it, so an abandoned ranking never keep
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -21,6 +22,9 @@ from ..jobproc import JobCancelled
 from ..widgets import Field, bar_lines
 from ..wording import error_line, tui_wording
 from .base import StepScreen
+
+#: The ranking note that counts pruned plans: the status line already gives the counts.
+_PRUNED_NOTE = re.compile(r"\d+ candidates: ")
 
 #: What-if NIC choices: (label, spec for api.suggest(what_if=...)); "" keeps the cluster's NIC.
 NIC_CHOICES: tuple[tuple[str, str], ...] = (
@@ -216,7 +220,9 @@ class ResultsScreen(StepScreen):
             a = r.top[0].tokens_per_s if r.top else 0.0
             gain = f" (x{a / b:.2f})" if b > 0 else ""
             status += f"; what-if best {human_rate(b)} → {human_rate(a)}/s{gain}"
-        self.query_one("#rank-status", Static).update(status)
+        # the ranking's notes, as the CLI prints them under "Ranked ..." (best plan on fewer devices, host CPU)
+        notes = [tui_wording(f"note: {n}") for n in r.notes if not _PRUNED_NOTE.match(n)]
+        self.query_one("#rank-status", Static).update("\n".join([status, *notes]))
         table = self.query_one("#ranking", DataTable)
         rows = [(str(i), plan_label(e), human_rate(e.tokens_per_s),
                  f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-",
