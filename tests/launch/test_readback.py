@@ -172,3 +172,19 @@ def test_hand_written_hybrids_read_back(tmp_path):
     got = parse_plan(rb.spec(), nodes=2, devices_per_node=4)
     assert (got.dp, got.tp, got.zero_stage, got.zero_hpz_partition_size, got.zero_offload) == (4, 2, 3, 1, False)
     assert any("HSDP" in n for n in rb.notes) and any("enable_cpu_offload" in n for n in rb.notes)
+
+
+def test_torchtitan_fsdp_under_pipeline_reads_back_by_its_resharding(tmp_path):
+    """torch's pipelining keeps FSDP stages unsharded through the step: "default" is ZeRO-3 with PP (synced once
+    per step), "never" the same traffic read as ZeRO-1, "always" ZeRO-3 with a note that it re-gathers per
+    micro-batch."""
+    base = ("[parallelism]\ndata_parallel_replicate_degree = 1\ndata_parallel_shard_degree = 2\n"
+            "tensor_parallel_degree = 2\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 1\n"
+            "fsdp_reshard_after_forward = \"{}\"\n[training]\nlocal_batch_size = 4\nglobal_batch_size = 8\n")
+    got = {}
+    for policy in ("default", "never", "always"):
+        (tmp_path / f"{policy}.toml").write_text(base.format(policy))
+        rb = read_config(tmp_path / f"{policy}.toml", world=8, global_batch=8)
+        got[policy] = (parse_plan(rb.spec(), nodes=2, devices_per_node=4).zero_stage,
+                       any("re-gathers each stage's weights for every micro-batch" in n for n in rb.notes))
+    assert got == {"default": (3, False), "never": (1, False), "always": (3, True)}
