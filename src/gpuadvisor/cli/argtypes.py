@@ -13,9 +13,6 @@ from typing import Callable, NoReturn, Optional
 
 from .. import exitcodes
 
-#: --precision choices (schemas.workload.Precision) and --attention-kernel's (AttentionKernel), for every command
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
-ATTENTION_KERNELS = ("flash", "cudnn")
 ATTENTION_HELP = ("fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA "
                   "(bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN "
                   "attention (Megatron-Core, NeMo)")

@@ -7,8 +7,8 @@ import sys
 
 from .. import exitcodes
 from ..errors import UserError
-from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET
-from .argtypes import ATTENTION_HELP, ATTENTION_KERNELS, PRECISIONS, number, text, whole
+from ..schemas.workload import ATTENTION_KERNELS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, PRECISIONS
+from .argtypes import ATTENTION_HELP, number, text, whole
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .. import exitcodes
 from ..errors import UserError
-from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
-from .argtypes import PRECISIONS, whole
+from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, PRECISIONS
+from .argtypes import whole
 from .suggest_cmd import add_cluster_args, add_finetune_args, finetune_from_args, parse_duration
 
 DEFAULT_OUT = "gpuadvisor-study"

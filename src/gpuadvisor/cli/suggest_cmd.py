@@ -10,9 +10,9 @@ from typing import Optional
 from .. import exitcodes
 from ..errors import UserError
 from ..schemas.bounds import MAX_CPU_RANKS
-from ..schemas.workload import MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, FineTune
-from .argtypes import (ATTENTION_HELP, ATTENTION_KERNELS, PRECISIONS, check_writable, lora_targets, number,
-                       parse_duration, text, whole)
+from ..schemas.workload import (ATTENTION_KERNELS, MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN, MAX_TOKEN_BUDGET,
+                               PRECISIONS, FineTune)
+from .argtypes import ATTENTION_HELP, check_writable, lora_targets, number, parse_duration, text, whole
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:

@@ -441,8 +441,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
     vpp = titan_stages_per_rank(run)
     if vpp > 1 and not run.vpp:
-        notes.append(f"{run.other_opts.split('schedule')[-1].strip() or 'looped'} schedule: torchtitan's default "
-                     f"{vpp} stages per rank")
+        notes.append(f"looped pipeline schedule: torchtitan's default {vpp} stages per rank")
     sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
     if sp:
         notes.append("tensor parallelism with sequence parallelism (framework default)")

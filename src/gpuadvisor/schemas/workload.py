@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple, Optional
+from typing import Literal, NamedTuple, Optional, get_args
 
 from pydantic import Field, model_validator
 
@@ -10,11 +10,14 @@ from ._base import Frozen
 
 #: fp8: FP8 tensor-core GEMMs in the Linear layers (Transformer Engine / torchao float8 training) with bf16
 #: everywhere else (attention core, norms, gradients, fp32 master weights and Adam states).
-Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8"]
+#: The precisions, for every command's choices and checks
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: The attention kernel the training stack runs: "flash" is FlashAttention-2 (PyTorch SDPA's default fused kernel
 #: on GPUs, flash-attn 2, Hugging Face, DeepSpeed, torchtitan, the bundled trainers); "cudnn" is cuDNN's fused
 #: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell).
 AttentionKernel = Literal["flash", "cudnn"]
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 
 
 #: Largest transformer shape accepted (10x beyond today's largest published models).

@@ -5,7 +5,7 @@ import inspect
 from typing import Any, Optional, Union
 
 from ..errors import UserError
-from ..schemas.workload import FineTune, ModelSpec, TrainingSettings, Workload
+from ..schemas.workload import ATTENTION_KERNELS, PRECISIONS, FineTune, ModelSpec, TrainingSettings, Workload
 from .batch_defaults import SMALL_MODEL_BATCH, BatchDefault, default_batch
 from .catalog import Preset
 from .hf_config import _first_error
@@ -13,8 +13,6 @@ from .specs import resolve_preset
 
 DEFAULT_SEQ_LEN = 1024
 DEFAULT_GLOBAL_BATCH = SMALL_MODEL_BATCH  # training_settings alone; make_workload uses batch_defaults.default_batch
-_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
-_ATTENTION = ("flash", "cudnn")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
@@ -42,10 +40,10 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
     Raises UserError with the fix on bad input.
     """
     generic = model is not None and model.kind == "generic"
-    if precision not in _PRECISIONS:
-        raise UserError(f"unknown precision '{precision}'; use one of {', '.join(_PRECISIONS)}")
-    if attention_kernel not in _ATTENTION:
-        raise UserError(f"unknown attention kernel '{attention_kernel}'; use one of {', '.join(_ATTENTION)}")
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision '{precision}'; use one of {', '.join(PRECISIONS)}")
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise UserError(f"unknown attention kernel '{attention_kernel}'; use one of {', '.join(ATTENTION_KERNELS)}")
     if optimizer not in _OPTIMIZERS:
         raise UserError(f"unknown optimizer '{optimizer}'; use one of {', '.join(_OPTIMIZERS)}")
     if seq_len is None:

@@ -11,11 +11,11 @@ from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static
 
 from ...cli.render import describe_finetune, describe_workload
+from ...schemas.workload import PRECISIONS
 from ..widgets import Field
 from ..wording import error_line
 from .base import StepScreen
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 #: Attention kernels: (label, TrainingSettings.attention_kernel) — docs/cost-model.md "FP8 training and the
 #: attention kernel".
 KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"))
