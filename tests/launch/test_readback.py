@@ -188,3 +188,6 @@ def test_torchtitan_fsdp_under_pipeline_reads_back_by_its_resharding(tmp_path):
         got[policy] = (parse_plan(rb.spec(), nodes=2, devices_per_node=4).zero_stage,
                        any("re-gathers each stage's weights for every micro-batch" in n for n in rb.notes))
     assert got == {"default": (3, False), "never": (1, False), "always": (3, True)}
+    (tmp_path / "bogus.toml").write_text(base.format("sometimes"))
+    with pytest.raises(UserError, match="fsdp_reshard_after_forward must be one of default, always, never"):
+        read_config(tmp_path / "bogus.toml", world=8, global_batch=8)

@@ -138,6 +138,8 @@ _TT_SECTIONS = {"job", "profiling", "metrics", "model", "optimizer", "lr_schedul
 #: "quantize.linear.float8" / "quantize.linear.mx" (its [quantize.linear.*] sections)
 _TT_FP8_CONVERTERS = {"float8": "per-tensor", "quantize.linear.float8": "per-tensor", "mxfloat8": "MX",
                       "quantize.linear.mx": "MX"}
+#: [parallelism] fsdp_reshard_after_forward choices (torchtitan job_config.py Parallelism)
+_TT_RESHARD = ("default", "always", "never")
 _TT_MODELLED = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "enable_cpu_offload", "mixed_precision_param",
                  "mixed_precision_reduce", "compile", "dataset", "dataset_path", "max_norm", "steps", "gc_freq",
@@ -182,6 +184,9 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     zero = 0
     if shard > 1:
         reshard = par.get("fsdp_reshard_after_forward", "default")
+        if reshard not in _TT_RESHARD:
+            raise UserError(f"{where}: fsdp_reshard_after_forward must be one of {', '.join(_TT_RESHARD)} "
+                            f"(torchtitan's choices), got {reshard!r}")
         # torchtitan's "default" reshards after forward except under pipeline parallelism (parallelize.py), which is
         # how the cost model prices ZeRO-3 with PP (FSDP per stage, synced once per step)
         zero = 3 if reshard in ("always", "default") else 2
