@@ -17,6 +17,7 @@ from .errors import UserError
 from .paths import knowledge_dir
 from .schemas._base import Frozen
 from .schemas.hardware import LinkClass
+from .safe_yaml import load_bundled_yaml
 
 
 class GpuSpec(Frozen):
@@ -140,7 +141,7 @@ def _read_yaml(path: Path) -> dict:
     """safe_load a knowledge file, as a one-line UserError when broken."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = load_bundled_yaml(fh)
     except (OSError, yaml.YAMLError) as exc:
         raise UserError(f"cannot read {path}: {' '.join(str(exc).split())}; fix or reinstall gpuadvisor") from exc
     if not isinstance(data, dict):

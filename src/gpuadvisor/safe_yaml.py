@@ -3,7 +3,9 @@
 PyYAML's safe loader still expands aliases without limit (a "billion laughs" file of a few hundred
 bytes grows to gigabytes) and silently keeps the last of two equal keys. `load_user_yaml` refuses
 both, plus files above MAX_BYTES and bytes that are not UTF-8 text, each with a one-line UserError
-naming the file and line. Bundled knowledge files are trusted and keep using yaml.safe_load.
+naming the file and line. Bundled knowledge files are trusted: `load_bundled_yaml` reads them with
+the safe loader, through libyaml where PyYAML has it (the pure-Python parser took ~0.15 s of the
+0.65 s `suggest --model 1.5B`).
 """
 from __future__ import annotations
 
@@ -18,6 +20,14 @@ MAX_BYTES = 4 * 1024 * 1024  # a cluster file of 10,000 nodes written out in ful
 MAX_ALIASES = 100  # a hand-written file uses a handful (&defaults / *defaults)
 MAX_NODES = 1_000_000  # scalars + collections after alias expansion
 MAX_DEPTH = 64
+
+# libyaml's parser with the safe constructor: same documents, same types, ~10x faster
+_BundledLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_bundled_yaml(stream: Any) -> Any:
+    """yaml.safe_load for the trusted files shipped in knowledge/ (text or an open file)."""
+    return yaml.load(stream, Loader=_BundledLoader)  # noqa: S506 - a safe loader
 
 
 class _Limited(yaml.SafeLoader):
@@ -131,4 +141,5 @@ def load_user_yaml_node(text: str, where: str) -> tuple[Any, Optional[yaml.Node]
             loader.dispose()
 
 
-__all__ = ["load_user_yaml", "load_user_yaml_node", "read_user_text", "MAX_BYTES", "MAX_ALIASES", "MAX_NODES"]
+__all__ = ["load_bundled_yaml", "load_user_yaml", "load_user_yaml_node", "read_user_text", "MAX_BYTES", "MAX_ALIASES",
+           "MAX_NODES"]

@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from .costmodel.analytical.comm import group_allreduce_s
 from .costmodel.combine import estimate, make_context
@@ -18,6 +17,7 @@ from .errors import UserError
 from .hardware.presets import row_cluster
 from .paths import knowledge_dir
 from .schemas import Estimate, MeasurementRow, Workload, parse_plan
+from .safe_yaml import load_bundled_yaml
 
 SPEED_METRICS = ("tokens_per_s", "samples_per_s", "step_time_s", "epoch_time_s")
 
@@ -229,7 +229,7 @@ def check_finding(f: dict) -> FindingResult:
 def load_findings(path: Optional[Path] = None) -> list[dict]:
     """The findings list of knowledge/findings.yaml."""
     p = path or knowledge_dir() / "findings.yaml"
-    return (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("findings", [])
+    return (load_bundled_yaml(p.read_text(encoding="utf-8")) or {}).get("findings", [])
 
 
 def validate(correction: Optional[Correction] = None) -> ValidationReport:

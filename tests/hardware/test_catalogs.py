@@ -73,3 +73,17 @@ def test_link_spec_orders_and_seed_anchors():
     assert link_spec("1gbe").bandwidth_gb_per_s < link_spec("10gbe").bandwidth_gb_per_s
     with pytest.raises(UserError, match="unknown link"):
         link_spec("warp-drive")
+
+
+def test_bundled_yaml_reads_as_safe_load():
+    """The fast loader for knowledge/ (libyaml where present) gives exactly yaml.safe_load's data, file by file."""
+    import yaml
+
+    from gpuadvisor.knowledge import knowledge_dir
+    from gpuadvisor.safe_yaml import load_bundled_yaml
+
+    files = sorted(knowledge_dir().rglob("*.yaml"))
+    assert len(files) >= 10  # calibration, links, gpus, models, rules, findings and the presets
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert load_bundled_yaml(text) == yaml.safe_load(text), path.name

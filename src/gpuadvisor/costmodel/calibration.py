@@ -10,10 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from ..errors import UserError
 from ..paths import knowledge_dir
+from ..safe_yaml import load_bundled_yaml
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def load_calibration(path: Optional[str] = None) -> dict[str, Any]:
     p = Path(path) if path else knowledge_dir() / "calibration.yaml"
     try:
         with open(p, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = load_bundled_yaml(fh)
     except OSError as exc:
         raise UserError(f"cannot read calibration file {p}: {exc.strerror}; reinstall gpuadvisor") from None
     if not isinstance(data, dict) or "gemm_efficiency" not in data:

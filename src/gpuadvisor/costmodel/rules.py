@@ -11,11 +11,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import yaml
 
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas import Plan, RuleHit
+from ..safe_yaml import load_bundled_yaml
 
 FEATURES = {
     "world": "devices used", "dp": "data-parallel degree", "tp": "tensor-parallel degree",
@@ -113,7 +113,7 @@ def load_rules(path: Optional[str] = None) -> tuple[Rule, ...]:
     """Compile knowledge/rules.yaml (or `path`)."""
     p = Path(path) if path else knowledge_dir() / "rules.yaml"
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = load_bundled_yaml(p.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise UserError(f"cannot read rules file {p}: {exc.strerror}; reinstall gpuadvisor") from None
     out = []

@@ -4,12 +4,12 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import yaml
 
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas.hardware import Cluster
 from ..schemas.measurement import MeasurementRow
+from ..safe_yaml import load_bundled_yaml
 
 
 def presets_dir() -> Path:
@@ -35,7 +35,7 @@ def preset_path(name: str) -> Path:
 def preset_citation(name: str) -> str:
     """The `source:` text of a preset file (where its hardware facts come from)."""
     with open(preset_path(name), encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+        data = load_bundled_yaml(fh) or {}
     return " ".join(str(data.get("source", "")).split())
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import yaml
 
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas import Cluster, LinkClass, Network
+from ..safe_yaml import load_bundled_yaml
 
 _HELP = "write e.g. 'nic=10gbe', 'gpus=2x4' (nodes x GPUs per node) or 'link=nvlink'"
 
@@ -16,7 +16,7 @@ _HELP = "write e.g. 'nic=10gbe', 'gpus=2x4' (nodes x GPUs per node) or 'link=nvl
 @lru_cache(maxsize=1)
 def _links() -> dict[str, Any]:
     with open(knowledge_dir() / "links.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
+        return load_bundled_yaml(fh) or {}
 
 
 def _network(key: str) -> Network:

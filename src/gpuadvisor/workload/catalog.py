@@ -5,12 +5,12 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import yaml
 
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas.workload import ModelSpec
 from .convnets import resnet_counts
+from ..safe_yaml import load_bundled_yaml
 
 _SHAPE_KEYS = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len", "tied_embeddings",
                "n_kv_heads", "mlp", "head_dim", "norm", "norms_per_layer", "qk_norm", "bias", "qkv_bias", "dropout",
@@ -67,7 +67,7 @@ def parse_size(text: str) -> Optional[float]:
 def _raw() -> dict[str, Any]:
     path = knowledge_dir() / "models.yaml"
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return load_bundled_yaml(f)
 
 
 def _build(key: str, entry: dict[str, Any]) -> Preset:
