@@ -31,6 +31,23 @@ def test_fits_nowhere_says_what_to_change():
     assert sum(r.infeasible_reasons.values()) == r.n_candidates
 
 
+def test_fits_nowhere_names_the_adapter_method_that_fits():
+    """Full training of 7B fits nowhere on 2 x 4090 (24 GB, host RAM too small for offload); LoRA does, and the
+    message says so with the plan it ranked. 70B: LoRA's bf16 base is still too big, QLoRA's 4-bit base is not."""
+    cl = load_preset("workstation-2x4090")
+    full = rank(cl, make_workload("7B", seq_len=1024, global_batch=64), top=1)
+    assert full.n_feasible == 0
+    assert "LoRA fits: --finetune lora (API: finetune='lora')" in full.fits_nowhere
+    lora = rank(cl, make_workload("7B", seq_len=1024, global_batch=64, finetune="lora"), top=1)
+    assert lora.top and f"{lora.top[0].tokens_per_s:,.0f} tokens/s" in full.fits_nowhere
+    big = rank(cl, make_workload("70B", seq_len=1024, global_batch=64), top=1)
+    assert "QLoRA fits: --finetune qlora" in big.fits_nowhere and "--finetune lora " not in big.fits_nowhere
+    assert rank(cl, make_workload("70B", seq_len=1024, global_batch=64, finetune="lora"), top=1).n_feasible == 0
+    # already adapters (or nothing that fits even as QLoRA): no hint
+    huge = rank(cl, make_workload("175B", seq_len=1024, global_batch=64, finetune="qlora"), top=1)
+    assert huge.n_feasible == 0 and "--finetune" not in huge.fits_nowhere
+
+
 def test_memory_and_cost_objectives():
     cl = load_preset("a6000-4x-pcie")
     wl = make_workload("gpt-300m")

@@ -196,12 +196,14 @@ def test_hints_use_the_tui_words_not_cli_flags():
         "unknown GPU 'Z9': add it to knowledge/gpus.yaml or pass --gpu-spec ...",
         "out/launch.sh exists and was not written by gpuadvisor; remove it or choose another --emit directory",
         "--some-new-flag is new",
+        "if fine-tuning is the goal, LoRA fits: --finetune lora (API: finetune='lora'), best plan dp on 1x2",
     ]
     for m in messages:
         assert "--" not in tui_wording(m), m
     assert tui_wording(messages[3]).endswith("use Seq length 1024 or less")
     assert "or pick a preset (Hardware step)" in tui_wording(messages[0])
     assert "choose another folder" in tui_wording(messages[7])
+    assert tui_wording(messages[9]).endswith("LoRA fits: Fine-tuning lora, best plan dp on 1x2")  # no API aside
 
 
 @run_async

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ..costmodel.rules import load_rules
 from ..candidates import COLUMNS, SearchSpace, enumerate_rows
 from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, unique_rows
 from ..errors import UserError
-from ..schemas import Cluster, Estimate, Ranking, Workload
+from ..schemas import Cluster, Estimate, FineTune, Ranking, Workload
 
 OBJECTIVES = ("throughput", "memory", "time", "cost")
 
@@ -155,6 +155,9 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
                                                         objective)})
             for i, (est, _) in enumerate(ests)]
     fits = None if n_ok else _fits_nowhere(smallest, ctx, n)
+    if fits and workload.finetune.method == "full":
+        fits += _adapter_hint(cluster, workload, objective=objective, allow_fewer_devices=allow_fewer_devices,
+                              allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks)
     notes = []
     if pruned:
         notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "
@@ -239,6 +242,29 @@ def _compare(a: str, b: str, pct: float, objective: str) -> str:
     return f"{a} ranks above {b} by {objective} despite {amount} fewer tokens/s"
 
 
+_ADAPTERS = {"lora": "LoRA", "qlora": "QLoRA"}
+
+
+def _adapter_hint(cluster: Cluster, workload: Workload, **kw: Any) -> str:
+    """When full training fits nowhere: whether LoRA, else QLoRA, would fit (ranked for real), as a sentence.
+
+    Fine-tuning a frozen base with adapters drops the base's gradients and optimizer states (LoRA) and stores the
+    base in 4 bits (QLoRA), so a model that cannot be trained in full often fits: say which one, and its best plan.
+    Empty when neither fits or adapters do not apply (a model without linear layers to adapt, FP8)."""
+    for method in ("lora", "qlora"):
+        try:
+            adapted = Workload(model=workload.model, training=workload.training, finetune=FineTune(method=method))
+        except ValueError:  # adapters need a transformer; LoRA/QLoRA with fp8 is refused
+            return ""
+        r = rank(cluster, adapted, top=1, **kw)
+        if r.top:
+            best = r.top[0]
+            return (f"; if fine-tuning is the goal, {_ADAPTERS[method]} fits: "
+                    f"--finetune {method} (API: finetune='{method}'), best plan {_label(best.plan)} at "
+                    f"{best.tokens_per_s:,.0f} tokens/s")
+    return ""
+
+
 def _fits_nowhere(e, ctx, n: int) -> str:
     """The smallest change that would make some plan fit."""
     if e is None and n:
@@ -253,7 +279,9 @@ def _fits_nowhere(e, ctx, n: int) -> str:
     need, cap = e.mem.total, ctx.mem_cap
     if e.reason and "host" in e.reason:
         return (f"even ZeRO-3 offload needs {e.mem.host * e.plan.devices_per_node / 2**30:.0f} GiB of host RAM per "
-                f"node; add host memory or GPUs")
+                f"node, above the {ctx.host_ram * ctx.host_usable / 2**30:.0f} GiB usable of "
+                f"{ctx.host_ram / 2**30:.0f} GiB "
+                f"({ctx.host_usable:.0%}: the OS and other processes keep the rest); add host memory or GPUs")
     more = math.ceil(need / cap * e.plan.world_size)
     return (f"nothing fits: the leanest plan ({e.plan.to_string()}) needs {need / 2**30:.1f} GiB per device but "
             f"{cap / 2**30:.1f} GiB are available; use about {more} such GPUs (ZeRO-3/pipeline shard the model "

@@ -36,11 +36,13 @@ FLAG_WORDS: tuple[tuple[str, str], ...] = (
 )
 _RULES = tuple((re.compile(r"(?<![\w-])" + pat + r"(?![\w-])"), words) for pat, words in FLAG_WORDS)
 _ANY_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+#: the Python API's spelling beside a flag ("--global-batch N (API: global_batch=N)"): not the TUI's
+_API_ASIDE = re.compile(r" \(API: [^)]*\)")
 
 
 def tui_wording(message: str) -> str:
     """`message` with CLI flags replaced by the TUI's field and step names (other flags: plain words)."""
-    out = message
+    out = _API_ASIDE.sub("", message)
     for pattern, words in _RULES:
         out = pattern.sub(words.replace("\\", "\\\\"), out)
     # a flag the table does not know: its words without the dashes ("--heads" -> "heads")
