@@ -9,6 +9,8 @@ this module composes them. Rows are plain tuples: no pydantic object is built un
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Optional, Sequence
 
 import numpy as np
@@ -102,9 +104,9 @@ class _G:
                            self.intra_lat, self.flows, self.net_bw_per_flow, self.hier_min, self.tree_bw)
 
     def rs(self, size):
-        return _rs(size, self.n, self.bw, self.lat, self.nodes, self.intra_lat)
+        return _rs(size, self.n, self.bw, self.lat, steps_latency_s=self.ring_lat_s)
 
-    @property
+    @functools.cached_property
     def ring_lat_s(self):
         """Latency of one ring pass over the group (comm.ring_steps_latency_s): what each extra bucket pays."""
         return ring_steps_latency_s(self.n, self.lat, self.nodes, self.intra_lat)

@@ -53,10 +53,15 @@ def ring_allreduce_s(size_bytes, n, bw_gb_per_s, latency_us, nodes=None, intra_l
     return _out(t, n, size_bytes)
 
 
-def reduce_scatter_s(size_bytes, n, bw_gb_per_s, latency_us, nodes=None, intra_lat_us=None):
-    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + the ring's step latency."""
+def reduce_scatter_s(size_bytes, n, bw_gb_per_s, latency_us, nodes=None, intra_lat_us=None, steps_latency_s=None):
+    """Ring reduce-scatter (or all-gather) of a full buffer S: (n−1)/n · S/B + the ring's step latency.
+
+    `steps_latency_s`: ring_steps_latency_s of this group when the caller already has it (the engine prices many
+    buffers on the same groups), instead of recomputing it from latency_us, nodes and intra_lat_us."""
+    if steps_latency_s is None:
+        steps_latency_s = ring_steps_latency_s(n, latency_us, nodes, intra_lat_us)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + ring_steps_latency_s(n, latency_us, nodes, intra_lat_us)
+        t = (n - 1) / n * size_bytes / (bw_gb_per_s * GB) + steps_latency_s
     return _out(t, n, size_bytes)
 
 
