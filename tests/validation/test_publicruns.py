@@ -140,6 +140,20 @@ def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):
     assert inp.cluster.network.protocol == "roce"
 
 
+def test_unstated_network_is_the_generations_dgx_fabric_only_as_an_approximation(runs):
+    """torchtitan's performance doc gives 8 nodes of A100 80GB and no network: refused strictly; under
+    `network-unstated` the DGX A100 SuperPOD fabric, 8 rails of 200 Gb/s HDR InfiniBand, one per GPU."""
+    r = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B", activation_checkpointing="none")
+    with pytest.raises(Unsupported, match="inter-node network not stated"):
+        to_inputs(r)
+    inp = to_inputs(r, approximate=["network-unstated"])
+    assert inp.plan.nodes == 8 and inp.plan.zero_stage == 3
+    nics = inp.cluster.nodes[0].nics
+    assert len(nics) == 8 and {n.kind for n in nics} == {"infiniband"} and {n.speed_gbit_per_s for n in nics} == {200}
+    assert any("approximation network-unstated" in a for a in inp.assumptions)
+    assert any("DGX-A100 compute fabric" in a for a in inp.assumptions)
+
+
 def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
     r = _run(runs, "torchtitan:1")
     with pytest.raises(Unsupported, match="selective recompute"):

@@ -42,6 +42,8 @@ LIMITS: dict[str, str] = {
     "offload-optimizer": "ZeRO-3 with only the optimizer states (and activation checkpoints) in host RAM -> the Plan's "
                          "ZeRO-Offload, which at stage 3 offloads the parameters too (their per-micro-batch host "
                          "copies are priced, the activation-checkpoint copies are not)",
+    "network-unstated": "inter-node network not stated -> the GPU generation's DGX SuperPOD compute fabric, one "
+                        "rail per GPU: 200 Gb/s HDR InfiniBand for A100, 400 Gb/s NDR for H100, H200 and B200",
     "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
                   "scaling on Hopper) -> per-tensor FP8 (their extra scale traffic and slower GEMMs are not priced)",
 }
@@ -80,6 +82,10 @@ DEFAULT_INTERCONNECT: dict[str, tuple[str, str]] = {
 #: (800 Gb/s) has no links.yaml class, so its rows stay "network not stated".
 SYSTEM_FABRIC: dict[str, str] = {"DGX-H100": "8x 400 Gb/s InfiniBand", "DGX-A100": "8x 200 Gb/s InfiniBand",
                                  "DGX-B200": "8x 400 Gb/s InfiniBand"}
+#: Catalog keys -> the DGX system of that GPU generation, whose fabric the `network-unstated` approximation assumes
+#: (the H200 is the HGX H100 board's successor with the same ConnectX-7 rails: HGX H200 datasheet).
+GENERATION_SYSTEM: tuple[tuple[str, str], ...] = (("a100-sxm", "DGX-A100"), ("h100-sxm", "DGX-H100"),
+                                                  ("h200", "DGX-H100"), ("b200", "DGX-B200"))
 
 #: Cloud instance names in the `gpu` column -> the node's CPU (physical cores, sockets, host RAM GiB, source), which
 #: prices ZeRO-Offload's CPU Adam and host copies. Rows of other machines get the cluster-file default (one core).
@@ -195,15 +201,23 @@ def rails_of(text: str, gpus_per_node: int, notes: list[str]) -> tuple[int, floa
 Rails = tuple[tuple[str, float], ...]
 
 
-def network_of(run: PublicRun, gpus_per_node: int, notes: list[str]) -> tuple[str, Rails]:
-    """The links.yaml network class for `network:` and the node's rails as (NIC kind, Gbit/s) pairs."""
+def network_of(run: PublicRun, gpus_per_node: int, notes: list[str], spec: Optional[GpuSpec] = None,
+               approximate: Collection[str] = ()) -> tuple[str, Rails]:
+    """The links.yaml network class for `network:` and the node's rails as (NIC kind, Gbit/s) pairs.
+
+    Unstated: the source's DEFAULT_INTERCONNECT, else (`network-unstated` approximation) the fabric of the DGX
+    system of the run's GPU generation (`spec`)."""
     text = run.interconnect
     if not _TOTAL.search(text) and not any(s in text for s in SYSTEM_FABRIC):
         default = DEFAULT_INTERCONNECT.get(run.source_id)
-        if default is None:
+        system = next((sy for prefix, sy in GENERATION_SYSTEM if spec and spec.key.startswith(prefix)), None)
+        if default is not None:
+            text, why = default
+            notes.append(why)
+        elif system and _limit("network-unstated", "inter-node network not stated", approximate, notes):
+            text = system
+        else:
             raise Unsupported("inter-node network not stated")
-        text, why = default
-        notes.append(why)
     rails, gbit = rails_of(text, gpus_per_node, notes)
     proto = _protocol(text)
     key = network_key(proto, gbit, notes)
@@ -244,10 +258,11 @@ def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, to
     return cluster_from_dict(doc, name=doc["name"], source="public measurement (gpuadvisor.publicruns)")
 
 
-def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str]) -> Cluster:
+def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str],
+               approximate: Collection[str] = ()) -> Cluster:
     """The cluster the run was measured on, built through the cluster-file format."""
     memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
-    network, nics = network_of(run, gpn, notes) if nodes > 1 else (None, ())
+    network, nics = network_of(run, gpn, notes, spec, approximate) if nodes > 1 else (None, ())
     cpu = None
     for pattern, (cores, sockets, ram, why) in INSTANCE_CPU:
         if re.search(pattern, run.gpu):
@@ -518,8 +533,9 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         sharding = attempt(sharding_of, run, *degrees, approximate, notes)
         batch = attempt(batch_of, run, degrees[0], approximate, notes, degrees[2])
     if placement and placement[0] > 1 and (reasons or not spec):
-        attempt(network_of, run, placement[1], [])  # only for its reason: the cluster is not built
-    cluster = attempt(cluster_of, run, spec, *placement, notes) if spec and placement and not reasons else None
+        attempt(network_of, run, placement[1], [], spec, approximate)  # only for its reason: no cluster is built
+    cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate) if spec and placement and not reasons
+               else None)
     if spec and model and precision and not reasons:
         attempt(plausible_rate, run, spec, model, precision)
     if reasons:
