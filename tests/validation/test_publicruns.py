@@ -154,6 +154,23 @@ def test_unstated_network_is_the_generations_dgx_fabric_only_as_an_approximation
     assert any("DGX-A100 compute fabric" in a for a in inp.assumptions)
 
 
+def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approximation(runs):
+    """torchtitan's per-op SAC is not a Plan mode: refused strictly, and under `selective-recompute` priced as
+    its measured twin, layer-level every other block; an unstated selective fraction (fms-fsdp) as none."""
+    op = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
+               activation_checkpointing="selective (op)")
+    layer = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
+                  activation_checkpointing="selective (layer)")
+    approx = ["selective-recompute", "network-unstated"]
+    with pytest.raises(Unsupported, match="selective recompute"):
+        to_inputs(op, approximate=["network-unstated"])
+    a, b = to_inputs(op, approximate=approx), to_inputs(layer, approximate=["network-unstated"])
+    assert a.plan.recompute and a.plan.recompute_interval == 2 and a.plan == b.plan
+    assert any("approximation selective-recompute" in n for n in a.assumptions)
+    fms = _find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective")
+    assert not to_inputs(fms, approximate=list(LIMITS)).plan.recompute
+
+
 def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
     r = _run(runs, "torchtitan:1")
     with pytest.raises(Unsupported, match="selective recompute"):
