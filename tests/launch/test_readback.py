@@ -191,3 +191,18 @@ def test_torchtitan_fsdp_under_pipeline_reads_back_by_its_resharding(tmp_path):
     (tmp_path / "bogus.toml").write_text(base.format("sometimes"))
     with pytest.raises(UserError, match="fsdp_reshard_after_forward must be one of default, always, never"):
         read_config(tmp_path / "bogus.toml", world=8, global_batch=8)
+
+
+def test_torchtitan_per_op_selective_checkpointing_reads_back_as_its_measured_layer_level_twin(tmp_path):
+    """selective_ac_option "op" (torchtitan's default) is not a Plan mode: read as one block in 2 checkpointed,
+    the layer-level mode torchtitan measured at the same speed, with a note; "2" is that mode exactly."""
+    base = ("[parallelism]\ndata_parallel_shard_degree = 4\n[training]\nlocal_batch_size = 2\n"
+            "global_batch_size = 8\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"{}\"\n")
+    plans = {}
+    for option in ("op", "2"):
+        (tmp_path / f"{option}.toml").write_text(base.format(option))
+        rb = read_config(tmp_path / f"{option}.toml", world=4, global_batch=8)
+        plans[option] = parse_plan(rb.spec(), nodes=1, devices_per_node=4)
+        if option == "op":
+            assert any("per-op selective" in n and "upper bound" in n for n in rb.notes)
+    assert plans["op"] == plans["2"] and plans["op"].recompute and plans["op"].recompute_interval == 2

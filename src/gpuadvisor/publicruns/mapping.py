@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, NamedTuple, Optional
 from ..errors import UserError
 from ..hardware.cluster_file import cluster_from_dict
 from ..knowledge import GpuSpec, gpu_spec, load_links
+from ..launch.torchtitan import PER_OP_SAC_INTERVAL
 from ..schemas import Cluster, Plan, Workload
 from ..schemas.workload import ModelSpec, TrainingSettings
 from .load import PublicRun
@@ -408,7 +409,7 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
         return 0.5
     if "selective" in text:
         _limit("selective-recompute", "selective recompute", approximate, notes)
-        return 0.5 if re.search(r"\bop\b|per-op", text) else 0.0
+        return 1.0 / PER_OP_SAC_INTERVAL if re.search(r"\bop\b|per-op", text) else 0.0
     if re.match(r"(true|yes|full|on)\b", text):
         return 1.0
     if re.match(r"(false|no|none)\b", text):
