@@ -169,6 +169,10 @@ def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approxi
     assert any("approximation selective-recompute" in n for n in a.assumptions)
     fms = _find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective")
     assert not to_inputs(fms, approximate=list(LIMITS)).plan.recompute
+    # a torchtitan row that says only "selective" ran its train config's per-op mode (llama3_8b.toml 'op')
+    titan = _find(runs, source_id="torchtitan_llama3_h100_202412", activation_checkpointing="selective")
+    t = to_inputs(titan, approximate=["selective-recompute"])
+    assert t.plan.recompute_interval == 2 and any("llama3_8b.toml" in n for n in t.assumptions)
 
 
 def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
@@ -179,7 +183,7 @@ def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
     m = inp.workload.model
     assert (m.mlp, m.n_kv_heads, m.n_heads, m.tied_embeddings) == ("swiglu", 8, 32, False)
     assert m.params == pytest.approx(r.params, rel=0.01)
-    assert inp.plan.zero_stage == 3 and not inp.plan.recompute
+    assert inp.plan.zero_stage == 3 and inp.plan.recompute_interval == 2  # per-op SAC, as its layer-level twin
     assert inp.cluster.nodes[0].devices[0].memory_bytes == 96 * 1024**3  # the row's 96 GB, not the catalog's 80
     assert any("approximation selective-recompute" in a for a in inp.assumptions)
 

@@ -99,6 +99,11 @@ INSTANCE_CPU: tuple[tuple[str, tuple[int, int, int, str]], ...] = (
 
 #: torchtitan rows (their unstated pipeline split and micro-batch count are torchtitan's defaults).
 TORCHTITAN = re.compile(r"torchtitan", re.IGNORECASE)
+#: A torchtitan row that says only "selective" ran the train config's choice: per-op (train_configs/llama3_8b.toml,
+#: [activation_checkpoint] mode = 'selective', selective_ac_option = 'op', pytorch/torchtitan 0011fb90; the larger
+#: models' configs checkpoint fully, so only 8B rows say "selective").
+TORCHTITAN_SELECTIVE = ("torchtitan 'selective' with no option: the train config's per-op selective checkpointing "
+                        "(train_configs/llama3_8b.toml selective_ac_option 'op')")
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
@@ -409,7 +414,11 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
         return 0.5
     if "selective" in text:
         _limit("selective-recompute", "selective recompute", approximate, notes)
-        return 1.0 / PER_OP_SAC_INTERVAL if re.search(r"\bop\b|per-op", text) else 0.0
+        per_op = re.search(r"\bop\b|per-op", text)
+        if not per_op and text.strip() == "selective" and TORCHTITAN.search(run.framework):
+            per_op = True  # torchtitan's own train configs: the 8B's is per-op (see TORCHTITAN_SELECTIVE)
+            notes.append(TORCHTITAN_SELECTIVE)
+        return 1.0 / PER_OP_SAC_INTERVAL if per_op else 0.0
     if re.match(r"(true|yes|full|on)\b", text):
         return 1.0
     if re.match(r"(false|no|none)\b", text):
