@@ -61,6 +61,10 @@ TWO_RANK.update({
 })
 if HAS_BNB:
     TWO_RANK["llama_qlora_dp"] = adapted(job(LLAMA, dp=2), QLORA)
+# pure data-parallel ZeRO-3 on FSDP2 by the job's own choice (what `suggest` writes for ZeRO-3 across nodes), in
+# the launch without GPUADVISOR_ZERO_IMPL
+TWO_RANK["llama_fsdp_zero3_by_job"] = job(LLAMA, dp=2, zero_stage=3, num_micro_batches=2).model_copy(
+    update={"zero_impl": "fsdp"})
 FSDP = {  # pure data-parallel FSDP2 (GPUADVISOR_ZERO_IMPL=fsdp)
     "llama_fsdp_zero3": job(LLAMA, dp=2, zero_stage=3, num_micro_batches=2),
     "llama_lora_fsdp_zero2": adapted(job(LLAMA, dp=2, zero_stage=2), LORA),
@@ -139,3 +143,11 @@ def test_tensor_parallel_gradients_equal_the_unsharded_models(tmp_path):
         worst = max(diffs, key=diffs.get)
         print(f"{Path(path).stem}: worst relative gradient difference {diffs[worst]:.1e} ({worst})")
         assert diffs[worst] < 1e-5, (path, worst, diffs[worst])
+
+
+def test_the_runtime_that_ran_is_recorded(runs):
+    """metrics.json names the strategy: the job's zero_impl 'fsdp' and GPUADVISOR_ZERO_IMPL=fsdp run FSDP2, a ZeRO-3
+    job without either runs DeepSpeed."""
+    assert runs["llama_fsdp_zero3_by_job"].strategy == "fsdp"
+    assert runs["llama_fsdp_zero3"].strategy == "fsdp"
+    assert runs["llama_zero3"].strategy == "zero"

@@ -13,7 +13,7 @@ from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, check_plan_for
 from ..schemas.workload import Workload
-from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason
+from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason, runs_on_deepspeed
 from .environment import common_env, node_env, numa_binding, rdma_fabric
 from .placement import NODE_LINES_MAX, choose_nodes, placement_notes
 
@@ -95,7 +95,8 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps.
 
     With `estimate` (and the `device` kind the plan runs on, for MFU) the job carries the prediction, which the
-    trainer prints beside the measured figures at the end of the run.
+    trainer prints beside the measured figures at the end of the run. ZeRO-3 across nodes on GPUs (a `device` of
+    kind gpu, or none given) gets zero_impl "fsdp" (`fsdp_zero3`).
     """
     model = trainer_model_for(workload)
     if model is None:
@@ -104,9 +105,10 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     wl = plan_workload(plan, workload)
     lr = lr * plan.global_batch() / workload.training.global_batch
     peak = peak_flops(device, wl.training.precision) if device is not None else None
+    impl = "fsdp" if fsdp_zero3(plan, wl, gpu=device is None or device.kind == "gpu") else None
     return TrainerJob(plan=plan, workload=wl, trainer_model=model, steps=steps or default_steps(wl, plan),
                       warmup=warmup, lr=lr, model_flops_per_token=model_flops_per_token(wl) or None,
-                      peak_flops_per_device=peak or None,
+                      peak_flops_per_device=peak or None, zero_impl=impl,
                       predicted=predicted_figures(estimate, wl, peak) if estimate is not None else None)
 
 
@@ -246,12 +248,23 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
 
 
 #: ZeRO-3 across nodes is priced as FSDP runs it; DeepSpeed's own ZeRO-3 runs were slower (docs/cost-model.md,
-#: known gaps; docs/calibration.md, the Azure rows).
+#: known gaps; docs/calibration.md, the Azure rows). So the bundled trainer runs such plans on FSDP2 (fsdp_zero3).
 DEEPSPEED_ZERO3_NOTE = (
-    "ZeRO-3 across nodes is predicted as FSDP runs it (per-layer gathers at the network's full rate); DeepSpeed's "
-    "own ZeRO-3 runs across nodes (Azure, DeepSpeed 0.6) ran 1.2-3x slower than that model at 1-4 sequences per GPU. "
-    "If ds_config.json falls short of the prediction, the FSDP configs written with --emit (torchtitan.toml, "
-    "accelerate.yaml) run what was predicted")
+    "ZeRO-3 across nodes runs on PyTorch FSDP2 in the bundled trainer (job.json zero_impl 'fsdp'): the prediction "
+    "is FSDP's (per-layer gathers at the network's full rate), and DeepSpeed's own ZeRO-3 runs across nodes (Azure, "
+    "DeepSpeed 0.6) ran 1.2-3x slower than that model at 1-4 sequences per GPU. ds_config.json is written for the "
+    "deepspeed launcher line in these notes; GPUADVISOR_ZERO_IMPL=deepspeed on every node switches the torchrun line "
+    "to DeepSpeed too")
+
+
+def fsdp_zero3(plan: Plan, workload: Workload, gpu: bool) -> bool:
+    """Whether the bundled trainer should run this plan's ZeRO-3 on FSDP2 rather than DeepSpeed: pure data-parallel
+    ZeRO-3 across nodes on GPUs (DEEPSPEED_ZERO3_NOTE), full training of the bundled GPT in bf16/fp32 without
+    offload or hpZ (what the FSDP2 path runs: trainers/strategies/fsdp.py FsdpDataParallel). Adapter training moves
+    the adapters' gradients only and stays on DeepSpeed."""
+    return (gpu and runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.nodes > 1 and not plan.zero_offload
+            and plan.zero_hpz_partition_size == 1 and workload.training.precision != "fp16"
+            and not workload.finetune.adapters and trainer_model_for(workload) == "gpt")
 
 
 def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
@@ -285,9 +298,12 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     rid = rdzv_id(plan, workload)
     n_steps = steps or default_steps(plan_workload(plan, workload), plan)
     ds = deepspeed_config(plan, workload)
+    gpu = placed[0][1][0].kind == "gpu"
+    fsdp3 = ds is not None and fsdp_zero3(plan, workload, gpu)  # torchrun runs FSDP2; ds_config.json for DeepSpeed
     trainer_args = ["--plan", JOB_FILE, "--steps", str(n_steps), "--warmup", str(DEFAULT_WARMUP), "--out", out_dir]
-    if ds is not None:
-        trainer_args += ["--ds-config", DS_FILE]
+    ds_args = ["--ds-config", DS_FILE] if ds is not None else []
+    if not fsdp3:
+        trainer_args += ds_args
     rdma = multi and rdma_fabric(cluster, nodes)
     launches = []
     for rank, (node, used) in enumerate(placed):
@@ -296,7 +312,6 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             node=node.name, node_rank=rank, numa_binding=numa,
             argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
             env=node_env(node, used, plan, cluster, multi, rdma)))
-    gpu = placed[0][1][0].kind == "gpu"
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += placement_notes(plan, [n.name for n in nodes])
@@ -312,14 +327,16 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
                      "there, and copy this folder (job.json, launch.sh, env.sh) to the same path on every node")
     if ds is not None:
         hosts = [(n.name, len(u)) for n, u in placed]  # ssh names, as in the emitted hostfile
-        cmd = deepspeed_command(hosts, addr, port, trainer_args, hostfile=HOSTFILE)
+        cmd = deepspeed_command(hosts, addr, port, trainer_args + (ds_args if fsdp3 else []), hostfile=HOSTFILE)
         shown = hostfile_text(hosts if len(hosts) <= NODE_LINES_MAX else [hosts[0], hosts[-1]]).strip().split("\n")
         if len(hosts) > NODE_LINES_MAX:  # one line per node: the first and the last
             shown.insert(1, f"... {len(hosts) - 2} more")
         where = f" with a hostfile ({'; '.join(shown)})" if multi else ""
         ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
-        notes.append(f"deepspeed launcher equivalent{where}{ssh}: {shlex.join(cmd)}")
-    if ds is not None and plan.zero_stage == 3 and multi and gpu and not workload.finetune.adapters:
+        what = "DeepSpeed's ZeRO-3 instead of FSDP2: the deepspeed launcher" if fsdp3 else \
+            "deepspeed launcher equivalent"
+        notes.append(f"{what}{where}{ssh}: {shlex.join(cmd)}")
+    if fsdp3:
         notes.append(DEEPSPEED_ZERO3_NOTE)
     hybrid = hybrid_reason(plan)
     if hybrid:

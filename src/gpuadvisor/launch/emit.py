@@ -69,6 +69,12 @@ def _conflict(path: Path, manifest: dict[str, str]) -> str:
 PREBUILD_DEEPSPEED = "from gpuadvisor.trainers import ensure_deepspeed_ops; ensure_deepspeed_ops()"
 
 
+def runs_deepspeed(launch: LaunchConfig) -> bool:
+    """The torchrun line runs DeepSpeed (the trainer gets --ds-config): its JIT op is built once before the ranks.
+    ZeRO-3 across nodes runs FSDP2 (build.fsdp_zero3) and writes ds_config.json for the deepspeed launcher only."""
+    return launch.deepspeed_config is not None and "--ds-config" in launch.trainer_args
+
+
 def _comment(text: str) -> str:
     """A one-line shell comment (newlines in user-given names cannot escape it)."""
     return "# " + " ".join(text.split())
@@ -97,7 +103,7 @@ def _node_section(nl_env: list[EnvVar], numa: Optional[str], argv: str, launch: 
     if numa:
         lines.append(indent + _comment(f"NUMA: {numa}"))
     lines += _exports(nl_env, indent)
-    if launch.deepspeed_config is not None:
+    if runs_deepspeed(launch):
         lines += [indent + _comment("build DeepSpeed's JIT op once before the ranks start (two ranks building "
                                     "it at once can crash)"),
                   f"{indent}python3 -c {shlex.quote(PREBUILD_DEEPSPEED)}"]
@@ -187,7 +193,9 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
         files.append("  accelerate.yaml    HuggingFace Accelerate config; start: "
                      + shlex.join(_accelerate.accelerate_launch(launch, "<i>", "train.py")))
     if launch.deepspeed_config is not None:
-        files.append("  ds_config.json  DeepSpeed config (passed to the trainer as --ds-config)")
+        files.append("  ds_config.json  DeepSpeed config (passed to the trainer as --ds-config)" if runs_deepspeed(launch)
+                     else "  ds_config.json  DeepSpeed config for the deepspeed launcher alternative (launch.sh runs "
+                          "FSDP2: see notes)")
         if len(launch.nodes) > 1:
             files.append("  hostfile    for the deepspeed launcher alternative (see notes)")
     files += [f"  (no {name}: {why})" for name, why in absent_files(launch, job).items()]
@@ -221,7 +229,7 @@ def absent_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
 def framework_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
     """The hand-over files for other launchers and frameworks: Slurm, torchtitan, Accelerate, Megatron-LM."""
     tag = f"{MARKER} {__version__}"
-    prebuild = PREBUILD_DEEPSPEED if launch.deepspeed_config is not None else ""
+    prebuild = PREBUILD_DEEPSPEED if runs_deepspeed(launch) else ""
     out = {_slurm.FILE: _slurm.slurm_script(launch, marker=tag, prebuild=prebuild)}
     if job.workload.finetune.adapters:  # the hand-over for your own data: Accelerate + transformers/peft
         if _peft.unsupported(job.plan, job.workload) is None:

@@ -152,7 +152,9 @@ def render_launch(launch: LaunchConfig) -> str:
     out = [f"Plan    : {p.strategy} ({p.to_string()}) on {p.nodes} node(s) x {p.devices_per_node} device(s)",
            f"Launcher: {launch.launcher}"]
     if launch.deepspeed_config is not None:
-        out.append(f"DeepSpeed: {_ds_summary(launch.deepspeed_config)}")
+        alt = "" if "--ds-config" in launch.trainer_args else " (ds_config.json, for the deepspeed launcher " \
+            "alternative in the notes; the torchrun lines run FSDP2)"
+        out.append(f"DeepSpeed{alt}: {_ds_summary(launch.deepspeed_config)}")
     if launch.env:
         out.append("Environment (all nodes):")
         out += [f"  {v.name}={v.value}    # {v.reason}" for v in launch.env]

@@ -35,6 +35,10 @@ class TrainerJob(Frozen):
     lr: float = 1e-4
     deepspeed_config: Optional[dict[str, Any]] = Field(
         None, description="DeepSpeed JSON to start from (--ds-config); None = built from the plan")
+    zero_impl: Optional[Literal["deepspeed", "fsdp"]] = Field(
+        None, description="What runs pure data-parallel ZeRO-2/3: DeepSpeed or PyTorch FSDP2; None = the "
+                          "GPUADVISOR_ZERO_IMPL environment variable, else DeepSpeed. A DeepSpeed JSON (--ds-config) "
+                          "always runs DeepSpeed")
     log_every: int = Field(10, ge=0, description="Print a progress line every N steps on rank 0 (0 = never)")
     predicted: Optional[Predicted] = Field(None, description="The advisor's prediction, for the final summary")
     model_flops_per_token: Optional[float] = Field(None, gt=0, description="Training FLOPs per token, no recompute")

@@ -75,6 +75,8 @@ class RunMetrics(Frozen):
     summary: ExperimentSummary
     versions: dict[str, str] = Field(default_factory=dict)
     hostname: str = ""
+    strategy: str = Field("", description="The bundled strategy that ran the plan: 'zero' (DeepSpeed), 'fsdp' "
+                                          "(FSDP2), 'dp', 'tp', 'pp', 'fsdp-tp', ... ('' in files from before)")
 
 
 #: "budget": stopped by the study's wall-clock budget, not judged (the plan stays runnable).

@@ -112,6 +112,7 @@ def train(job: TrainerJob, out: Path) -> Optional[RunMetrics]:
         seq_len=strategy.seq_len, global_batch=strategy.global_batch, precision=ctx.precision,
         steps=job.steps, warmup=job.warmup, backend=ctx.backend, ranks=ranks,
         summary=summarize(ranks, job.plan), versions=_versions(), hostname=socket.gethostname(),
+        strategy=strategy.name,
     )
     write_atomic(out / "metrics.json", metrics.model_dump_json(indent=2))
     print("\n".join(summary_lines(metrics, job)), flush=True)

@@ -18,7 +18,8 @@ do the same) and averaged over "dp", so every strategy takes the same optimizer 
 the plain torch class over the sharded DTensor parameters (each rank updates its own shard).
 Mixed precision on GPU follows torchtitan: bf16 parameters for compute and all-gather, fp32 reduce.
 
-Pure data-parallel ZeRO-2/3 runs on DeepSpeed by default; with GPUADVISOR_ZERO_IMPL=fsdp in the environment it
+Pure data-parallel ZeRO-2/3 runs on DeepSpeed by default; with GPUADVISOR_ZERO_IMPL=fsdp in the environment, or
+zero_impl "fsdp" in the job (what `suggest` writes for ZeRO-3 across nodes: launch/build.py `fsdp_zero3`), it
 runs on FSDP2 instead (`FsdpDataParallel`: `fully_shard` over all ranks, the same per-block groups), the
 way torchtitan and most LoRA recipes shard a model. Frozen parameters (LoRA's base) are sharded like the
 others and get no gradient reduce-scatter.
@@ -26,7 +27,7 @@ others and get no gradient reduce-scatter.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -69,9 +70,11 @@ class FsdpTensorParallel(AccumulatingStrategy):
 ZERO_IMPL_ENV = "GPUADVISOR_ZERO_IMPL"
 
 
-def zero_impl() -> str:
-    """"deepspeed" or "fsdp" for pure data-parallel ZeRO-2/3 (GPUADVISOR_ZERO_IMPL); ValueError for anything else."""
-    impl = os.environ.get(ZERO_IMPL_ENV, "deepspeed").strip().lower() or "deepspeed"
+def zero_impl(job_choice: Optional[str] = None) -> str:
+    """"deepspeed" or "fsdp" for pure data-parallel ZeRO-2/3: GPUADVISOR_ZERO_IMPL when set (the user's switch),
+    else the job's choice (TrainerJob.zero_impl: the advisor's, e.g. FSDP2 for ZeRO-3 across nodes), else
+    DeepSpeed. ValueError for anything else."""
+    impl = os.environ.get(ZERO_IMPL_ENV, "").strip().lower() or job_choice or "deepspeed"
     if impl not in ("deepspeed", "fsdp"):
         raise ValueError(f"{ZERO_IMPL_ENV}={impl!r}: use 'deepspeed' or 'fsdp'")
     return impl
