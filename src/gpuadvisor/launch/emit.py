@@ -70,8 +70,9 @@ PREBUILD_DEEPSPEED = "from gpuadvisor.trainers import ensure_deepspeed_ops; ensu
 
 
 def runs_deepspeed(launch: LaunchConfig) -> bool:
-    """The torchrun line runs DeepSpeed (the trainer gets --ds-config): its JIT op is built once before the ranks.
-    ZeRO-3 across nodes runs FSDP2 (build.fsdp_zero3) and writes ds_config.json for the deepspeed launcher only."""
+    """The torchrun line runs DeepSpeed (the trainer gets --ds-config). ZeRO-3 across nodes runs FSDP2
+    (build.fsdp_zero3) and writes ds_config.json for the deepspeed launcher; its JIT op is still built before the
+    ranks start, so GPUADVISOR_ZERO_IMPL=deepspeed or the deepspeed line can run without two ranks building it."""
     return launch.deepspeed_config is not None and "--ds-config" in launch.trainer_args
 
 
@@ -103,7 +104,7 @@ def _node_section(nl_env: list[EnvVar], numa: Optional[str], argv: str, launch: 
     if numa:
         lines.append(indent + _comment(f"NUMA: {numa}"))
     lines += _exports(nl_env, indent)
-    if runs_deepspeed(launch):
+    if launch.deepspeed_config is not None:
         lines += [indent + _comment("build DeepSpeed's JIT op once before the ranks start (two ranks building "
                                     "it at once can crash)"),
                   f"{indent}python3 -c {shlex.quote(PREBUILD_DEEPSPEED)}"]
@@ -229,7 +230,7 @@ def absent_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
 def framework_files(launch: LaunchConfig, job: TrainerJob) -> dict[str, str]:
     """The hand-over files for other launchers and frameworks: Slurm, torchtitan, Accelerate, Megatron-LM."""
     tag = f"{MARKER} {__version__}"
-    prebuild = PREBUILD_DEEPSPEED if runs_deepspeed(launch) else ""
+    prebuild = PREBUILD_DEEPSPEED if launch.deepspeed_config is not None else ""
     out = {_slurm.FILE: _slurm.slurm_script(launch, marker=tag, prebuild=prebuild)}
     if job.workload.finetune.adapters:  # the hand-over for your own data: Accelerate + transformers/peft
         if _peft.unsupported(job.plan, job.workload) is None:
