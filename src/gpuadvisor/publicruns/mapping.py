@@ -414,7 +414,7 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
         return 0.5
     if "selective" in text:
         _limit("selective-recompute", "selective recompute", approximate, notes)
-        per_op = re.search(r"\bop\b|per-op", text)
+        per_op = bool(re.search(r"\bop\b|per-op", text))
         if not per_op and text.strip() == "selective" and TORCHTITAN.search(run.framework):
             per_op = True  # torchtitan's own train configs: the 8B's is per-op (see TORCHTITAN_SELECTIVE)
             notes.append(TORCHTITAN_SELECTIVE)
