@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-
 from .costmodel.analytical.comm import group_allreduce_s
 from .costmodel.combine import estimate, make_context
 from .costmodel.correction import Correction

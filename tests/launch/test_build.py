@@ -121,13 +121,13 @@ def test_zero3_across_nodes_runs_fsdp2_what_was_predicted(two_nodes, one_node, t
     """ZeRO-3 across nodes is priced as FSDP runs it: the torchrun line runs the bundled trainer on FSDP2 (job.json
     zero_impl 'fsdp', no --ds-config); ds_config.json stays for the deepspeed launcher line, which passes it.
     ZeRO-1 across nodes and ZeRO-3 inside a node keep DeepSpeed."""
-    from gpuadvisor.launch.build import DEEPSPEED_ZERO3_NOTE, DS_FILE
+    from gpuadvisor.launch.build import FSDP_ZERO3_NOTE, DS_FILE
     from gpuadvisor.launch.emit import PREBUILD_DEEPSPEED
 
     wl = make_workload("gpt2", global_batch=8)
     z3 = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
     lc = build_launch(z3, two_nodes, wl)
-    assert DEEPSPEED_ZERO3_NOTE in lc.notes and lc.deepspeed_config is not None
+    assert FSDP_ZERO3_NOTE in lc.notes and lc.deepspeed_config is not None
     assert "--ds-config" not in lc.trainer_args and all("--ds-config" not in n.argv for n in lc.nodes)
     alt = next(n for n in lc.notes if n.startswith("DeepSpeed's ZeRO-3 instead of FSDP2"))
     assert f"--ds-config {DS_FILE}" in alt and "deepspeed" in alt
@@ -140,11 +140,11 @@ def test_zero3_across_nodes_runs_fsdp2_what_was_predicted(two_nodes, one_node, t
     assert (tmp_path / DS_FILE).exists()
     z1 = Plan(dp=4, zero_stage=1, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
     lc1 = build_launch(z1, two_nodes, wl)
-    assert DEEPSPEED_ZERO3_NOTE not in lc1.notes and "--ds-config" in lc1.trainer_args
+    assert FSDP_ZERO3_NOTE not in lc1.notes and "--ds-config" in lc1.trainer_args
     assert make_job(z1, wl).zero_impl is None
     one = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=1, devices_per_node=4)
     lc_one = build_launch(one, one_node, wl)  # NVLink/PCIe inside a node: DeepSpeed as before
-    assert DEEPSPEED_ZERO3_NOTE not in lc_one.notes and "--ds-config" in lc_one.trainer_args
+    assert FSDP_ZERO3_NOTE not in lc_one.notes and "--ds-config" in lc_one.trainer_args
     assert make_job(one, wl).zero_impl is None
     lora = make_workload("gpt2", global_batch=8, finetune="lora")  # adapters' gradients only: DeepSpeed
     assert "--ds-config" in build_launch(z3, two_nodes, lora).trainer_args and make_job(z3, lora).zero_impl is None

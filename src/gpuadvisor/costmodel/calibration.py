@@ -10,7 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..safe_yaml import load_bundled_yaml

@@ -10,7 +10,6 @@ this module composes them. Rows are plain tuples: no pydantic object is built un
 from __future__ import annotations
 
 import functools
-
 from typing import Optional, Sequence
 
 import numpy as np

@@ -11,7 +11,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas import Plan, RuleHit

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas.hardware import Cluster

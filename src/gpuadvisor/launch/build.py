@@ -249,7 +249,7 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
 
 #: ZeRO-3 across nodes is priced as FSDP runs it; DeepSpeed's own ZeRO-3 runs were slower (docs/cost-model.md,
 #: known gaps; docs/calibration.md, the Azure rows). So the bundled trainer runs such plans on FSDP2 (fsdp_zero3).
-DEEPSPEED_ZERO3_NOTE = (
+FSDP_ZERO3_NOTE = (
     "ZeRO-3 across nodes runs on PyTorch FSDP2 in the bundled trainer (job.json zero_impl 'fsdp'): the prediction "
     "is FSDP's (per-layer gathers at the network's full rate), and DeepSpeed's own ZeRO-3 runs across nodes (Azure, "
     "DeepSpeed 0.6) ran 1.2-3x slower than that model at 1-4 sequences per GPU. ds_config.json is written for the "
@@ -259,7 +259,7 @@ DEEPSPEED_ZERO3_NOTE = (
 
 def fsdp_zero3(plan: Plan, workload: Workload, gpu: bool) -> bool:
     """Whether the bundled trainer should run this plan's ZeRO-3 on FSDP2 rather than DeepSpeed: pure data-parallel
-    ZeRO-3 across nodes on GPUs (DEEPSPEED_ZERO3_NOTE), full training of the bundled GPT in bf16/fp32 without
+    ZeRO-3 across nodes on GPUs (FSDP_ZERO3_NOTE), full training of the bundled GPT in bf16/fp32 without
     offload or hpZ (what the FSDP2 path runs: trainers/strategies/fsdp.py FsdpDataParallel). Adapter training moves
     the adapters' gradients only and stays on DeepSpeed."""
     return (gpu and runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.nodes > 1 and not plan.zero_offload
@@ -337,7 +337,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             "deepspeed launcher equivalent"
         notes.append(f"{what}{where}{ssh}: {shlex.join(cmd)}")
     if fsdp3:
-        notes.append(DEEPSPEED_ZERO3_NOTE)
+        notes.append(FSDP_ZERO3_NOTE)
     hybrid = hybrid_reason(plan)
     if hybrid:
         notes.append(f"no ds_config.json: {hybrid}")

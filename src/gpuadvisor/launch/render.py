@@ -145,6 +145,12 @@ def node_lines(launch: LaunchConfig) -> list[str]:
             for line in (_node_lines(g.first, False) if len(g.nodes) == 1 else _group_lines(g))]
 
 
+def runs_deepspeed(launch: LaunchConfig) -> bool:
+    """The torchrun line runs DeepSpeed (the trainer gets --ds-config). ZeRO-3 across nodes runs FSDP2
+    (build.fsdp_zero3) and writes ds_config.json for the deepspeed launcher alternative only."""
+    return launch.deepspeed_config is not None and "--ds-config" in launch.trainer_args
+
+
 def render_launch(launch: LaunchConfig) -> str:
     """The plan, per-node commands (node groups past NODE_LINES_MAX nodes) with their env, DeepSpeed summary and
     notes, as plain text."""
@@ -152,8 +158,8 @@ def render_launch(launch: LaunchConfig) -> str:
     out = [f"Plan    : {p.strategy} ({p.to_string()}) on {p.nodes} node(s) x {p.devices_per_node} device(s)",
            f"Launcher: {launch.launcher}"]
     if launch.deepspeed_config is not None:
-        alt = "" if "--ds-config" in launch.trainer_args else " (ds_config.json, for the deepspeed launcher " \
-            "alternative in the notes; the torchrun lines run FSDP2)"
+        alt = "" if runs_deepspeed(launch) else " (ds_config.json, for the deepspeed launcher alternative in the " \
+            "notes; the torchrun lines run FSDP2)"
         out.append(f"DeepSpeed{alt}: {_ds_summary(launch.deepspeed_config)}")
     if launch.env:
         out.append("Environment (all nodes):")

@@ -1,6 +1,7 @@
 """Rank candidate plans: filter infeasible ones (counted per reason), sort by objective, explain."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Optional
 
@@ -157,7 +158,8 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     fits = None if n_ok else _fits_nowhere(smallest, ctx, n)
     if fits and workload.finetune.method == "full":
         fits += _adapter_hint(cluster, workload, objective=objective, allow_fewer_devices=allow_fewer_devices,
-                              allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks)
+                              allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
+                              space=dataclasses.replace(space, pruned={}))
     notes = []
     if pruned:
         notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "

@@ -4,7 +4,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-
 from ..errors import UserError
 from ..paths import knowledge_dir
 from ..schemas import Cluster, LinkClass, Network

@@ -5,12 +5,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-
 from ..errors import UserError
 from ..paths import knowledge_dir
+from ..safe_yaml import load_bundled_yaml
 from ..schemas.workload import ModelSpec
 from .convnets import resnet_counts
-from ..safe_yaml import load_bundled_yaml
 
 _SHAPE_KEYS = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len", "tied_embeddings",
                "n_kv_heads", "mlp", "head_dim", "norm", "norms_per_layer", "qk_norm", "bias", "qkv_bias", "dropout",
