@@ -165,8 +165,14 @@ def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = Non
         data["warmup"] = warmup
     try:
         return TrainerJob.model_validate(data)
-    except Exception as exc:
-        raise ValueError(f"invalid trainer job '{path}': {exc}") from None
+    except Exception as exc:  # one line: the first field at fault and why
+        from ..workload.hf_config import _first_error
+
+        errs = exc.errors() if hasattr(exc, "errors") else []
+        field = ".".join(str(x) for x in errs[0]["loc"]) + ": " if errs and errs[0].get("loc") else ""
+        why = _first_error(exc) if isinstance(exc, ValueError) else str(exc).splitlines()[0]
+        raise ValueError(f"invalid trainer job '{path}': {field}{why}; write it again with gpuadvisor "
+                         "suggest --emit (or make_job)") from None
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -192,9 +198,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"[rank {rank}] exception: {exc}", flush=True)
             return EXIT_CODES["exception"]
         return run_jobs(pairs)
+    try:  # a bad job file is the caller's input: one line, recorded, no traceback (as for --also above)
+        job = load_job(args.plan, args.steps, args.warmup, args.ds_config)
+    except ValueError as exc:
+        write_error(out, rank, exc)
+        print(f"[rank {rank}] exception: {exc}", flush=True)
+        return EXIT_CODES["exception"]
     clean = False
     try:
-        job = load_job(args.plan, args.steps, args.warmup, args.ds_config)
         train(job, out)
         clean = True
         return 0
