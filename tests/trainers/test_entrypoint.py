@@ -34,7 +34,9 @@ def test_unreadable_job_is_recorded(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gpuadvisor.trainers", "--plan", str(bad), "--out",
                            str(tmp_path / "o")], env=env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert "invalid trainer job" in errors(tmp_path / "o")[0]["message"]
+    message = errors(tmp_path / "o")[0]["message"]
+    assert "invalid trainer job" in message and "plan.dp:" in message and "gpuadvisor suggest --emit" in message
+    assert "Traceback" not in proc.stdout + proc.stderr  # the caller's input: one line, no trace
 
 
 def test_resnet_single_process(tmp_path):
