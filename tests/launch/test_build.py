@@ -118,36 +118,44 @@ def test_zero_two_nodes_hostfile_note_and_fp16(two_nodes):
 
 
 def test_zero3_across_nodes_runs_fsdp2_what_was_predicted(two_nodes, one_node, tmp_path):
-    """ZeRO-3 across nodes is priced as FSDP runs it: the torchrun line runs the bundled trainer on FSDP2 (job.json
-    zero_impl 'fsdp', no --ds-config); ds_config.json stays for the deepspeed launcher line, which passes it.
-    ZeRO-1 across nodes and ZeRO-3 inside a node keep DeepSpeed."""
+    """A plan whose ZeRO-3 runtime is FSDP (what suggest gives ZeRO-3 across nodes) runs the bundled trainer on FSDP2
+    (job.json zero_impl 'fsdp', no --ds-config); ds_config.json stays for the deepspeed launcher line, which passes
+    it. The same plan without zero_impl is DeepSpeed's, predicted and run so; ZeRO-1 keeps DeepSpeed."""
     from gpuadvisor.launch.build import FSDP_ZERO3_NOTE, DS_FILE
     from gpuadvisor.launch.emit import PREBUILD_DEEPSPEED
 
     wl = make_workload("gpt2", global_batch=8)
-    z3 = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
+    z3 = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2,
+              zero_impl="fsdp")
     lc = build_launch(z3, two_nodes, wl)
     assert FSDP_ZERO3_NOTE in lc.notes and lc.deepspeed_config is not None
     assert "--ds-config" not in lc.trainer_args and all("--ds-config" not in n.argv for n in lc.nodes)
     alt = next(n for n in lc.notes if n.startswith("DeepSpeed's ZeRO-3 instead of FSDP2"))
     assert f"--ds-config {DS_FILE}" in alt and "deepspeed" in alt
     job = make_job(z3, wl)
-    assert job.zero_impl == "fsdp"
+    assert job.zero_impl == "fsdp" and job.plan.zero_runtime == "fsdp"
     emit(lc, job, tmp_path)
     # DeepSpeed's op is still built once per node first: GPUADVISOR_ZERO_IMPL=deepspeed may switch to it
     assert PREBUILD_DEEPSPEED in (tmp_path / "launch.sh").read_text()
     assert json.loads((tmp_path / "job.json").read_text())["zero_impl"] == "fsdp"
     assert (tmp_path / DS_FILE).exists()
+    ds3 = z3.model_copy(update={"zero_impl": None})  # DeepSpeed's ZeRO-3 (Plan.zero_runtime): run as predicted
+    lc_ds = build_launch(ds3, two_nodes, wl)
+    assert FSDP_ZERO3_NOTE not in lc_ds.notes and "--ds-config" in lc_ds.trainer_args
+    assert make_job(ds3, wl).zero_impl is None
     z1 = Plan(dp=4, zero_stage=1, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2)
     lc1 = build_launch(z1, two_nodes, wl)
     assert FSDP_ZERO3_NOTE not in lc1.notes and "--ds-config" in lc1.trainer_args
     assert make_job(z1, wl).zero_impl is None
     one = Plan(dp=4, zero_stage=3, micro_batch_size=1, num_micro_batches=2, nodes=1, devices_per_node=4)
-    lc_one = build_launch(one, one_node, wl)  # NVLink/PCIe inside a node: DeepSpeed as before
+    lc_one = build_launch(one, one_node, wl)
     assert FSDP_ZERO3_NOTE not in lc_one.notes and "--ds-config" in lc_one.trainer_args
     assert make_job(one, wl).zero_impl is None
-    lora = make_workload("gpt2", global_batch=8, finetune="lora")  # adapters' gradients only: DeepSpeed
-    assert "--ds-config" in build_launch(z3, two_nodes, lora).trainer_args and make_job(z3, lora).zero_impl is None
+    # adapters' gradients only: the FSDP2 path does not run LoRA, so DeepSpeed runs it, and the notes say so
+    lora = make_workload("gpt2", global_batch=8, finetune="lora")
+    lc_lora = build_launch(z3, two_nodes, lora)
+    assert "--ds-config" in lc_lora.trainer_args and make_job(z3, lora).zero_impl is None
+    assert any(n.startswith("zero_impl fsdp: the bundled trainer's FSDP2 path runs full training") for n in lc_lora.notes)
 
 
 def test_no_p2p_sets_nccl_p2p_disable(no_p2p):

@@ -206,3 +206,4 @@ def test_torchtitan_per_op_selective_checkpointing_reads_back_as_its_measured_la
         if option == "op":
             assert any("per-op selective" in n and "upper bound" in n for n in rb.notes)
     assert plans["op"] == plans["2"] and plans["op"].recompute and plans["op"].recompute_interval == 2
+    assert plans["op"].zero_impl == "fsdp"  # torchtitan's FSDP2: priced without DeepSpeed's per-rank bookkeeping

@@ -83,6 +83,7 @@ def test_deepspeed_azure_rows_map_under_the_optimizer_offload_approximation(runs
     inp = to_inputs(r, approximate=["offload-optimizer"])
     p, m = inp.plan, inp.workload.model
     assert (p.dp, p.zero_stage, p.zero_offload, p.micro_batch_size, p.num_micro_batches) == (256, 3, True, 4, 1)
+    assert p.zero_runtime == "deepspeed"  # DeepSpeed's own ZeRO-3, priced with its per-rank host bookkeeping
     assert (m.d_ff, m.vocab_size, m.mlp, m.n_layers) == (4 * 12288, 50257, "gelu", 96)
     assert any(n.startswith("MLP width not stated") for n in inp.assumptions)
     assert any(n.startswith("approximation offload-optimizer") for n in inp.assumptions)
@@ -119,6 +120,7 @@ def test_mpt7b_llmfoundry_row_is_a_zero3_fsdp_plan(runs):
     inp = to_inputs(r)
     p = inp.plan
     assert (p.dp, p.tp, p.pp, p.zero_stage, p.micro_batch_size) == (8, 1, 1, 3, r.micro_batch)
+    assert (p.zero_impl, p.zero_runtime) == ("fsdp", "fsdp")  # PyTorch FSDP's sharding, not DeepSpeed's
     assert p.micro_batch_size * p.num_micro_batches * p.dp == r.global_batch
     assert p.recompute is (r.activation_checkpointing == "True")
     m = inp.workload.model
@@ -131,7 +133,7 @@ def test_mpt7b_llmfoundry_row_is_a_zero3_fsdp_plan(runs):
 def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):
     r = _find(runs, family="llmfoundry_mpt", fsdp_mode="SHARD_GRAD_OP")
     inp = to_inputs(r)
-    assert inp.plan.zero_stage == 2 and inp.plan.nodes == r.nodes
+    assert inp.plan.zero_stage == 2 and inp.plan.nodes == r.nodes and inp.plan.zero_impl == "fsdp"
     # '1600 Gbps RoCE' per node: 4 rails of 400 Gb/s on links.yaml's roce-400g class
     assert inp.cluster.network is not None and inp.cluster.network.link_speed_gbit_per_s == 400
     nics = inp.cluster.nodes[0].nics

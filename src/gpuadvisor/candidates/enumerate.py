@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Iterator, Sequence
 
 from ..schemas import Cluster, Plan, Workload, check_plan_for
+from ..schemas.plan import handover_zero_impl
 
 
 def divisors(n: int) -> list[int]:
@@ -100,6 +101,8 @@ DENSE_PP = 16
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 HOOKS = ("none", "fp16", "bf16", "powersgd")
 ORDERS = ("tp-dp-pp", "tp-pp-dp")
+# Plan.zero_impl as a row code: unset (Plan.zero_runtime's default), DeepSpeed, FSDP
+ZERO_IMPLS = (None, "deepspeed", "fsdp")
 # share of the layers that recompute, as enumerated: none, every layer, every other layer (Plan.recompute_interval 2:
 # torchtitan's layer-level selective checkpointing default, Megatron's block method over half a stage)
 RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
@@ -107,7 +110,7 @@ RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
            "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
-           "global_batch")
+           "zero_impl", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -124,6 +127,7 @@ def row_plan(row: Sequence) -> Plan:
     f["comm_hook"] = HOOKS[int(f["comm_hook"])]
     f["mesh_order"] = ORDERS[int(f["mesh_order"])]
     f["ddp_bucket_mb"] = float(f["ddp_bucket_mb"])
+    f["zero_impl"] = ZERO_IMPLS[int(f["zero_impl"])]
     return Plan(**f)
 
 
@@ -151,10 +155,11 @@ def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices:
     node_counts = _counts(n_nodes) if sp.allow_fewer_devices else [n_nodes]
     gpn_counts = _counts(gpn_max) if sp.allow_fewer_devices else [gpn_max]
     rows: list[tuple] = []
+    gpu = cluster.nodes[0].devices[0].kind == "gpu"
     for _, wl in _batches(workload, sp, allow_batch_change):
         for nodes in node_counts:
             for gpn in gpn_counts:
-                _for_world(rows, wl, sp, nodes, gpn, transformer)
+                _for_world(rows, wl, sp, nodes, gpn, transformer, gpu)
     return rows
 
 
@@ -179,7 +184,8 @@ def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices
         yield plan
 
 
-def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool) -> None:
+def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool,
+               gpu: bool) -> None:
     """Rows on exactly nodes × gpn devices."""
     world = nodes * gpn
     m_ = wl.model
@@ -200,11 +206,13 @@ def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, 
             dp = world // (tp * pp)
             if gb % dp:
                 continue
-            _for_degrees(rows, wl, sp, nodes, gpn, dp, tp, pp)
+            _for_degrees(rows, wl, sp, nodes, gpn, dp, tp, pp, gpu)
 
 
-def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int, pp: int) -> None:
-    """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order."""
+def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int, pp: int,
+                 gpu: bool) -> None:
+    """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order; each ZeRO row
+    with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes)."""
     t = wl.training
     gb = t.global_batch
     per_replica = gb // dp
@@ -221,6 +229,7 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     eps = expert_parallel_degrees(wl, dp, tp)
     # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
     exceed: dict[tuple[int, bool, int], bool] = {}
+    impls: dict[tuple, int] = {}
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
@@ -247,8 +256,13 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                                 for bucket, hook, zrb, hpz in knobs[zero]:
                                     if ep > 1 and hpz > 1:
                                         continue
+                                    impl = impls.get((zero, off, hpz, ep))
+                                    if impl is None:
+                                        impl = impls[(zero, off, hpz, ep)] = ZERO_IMPLS.index(handover_zero_impl(
+                                            wl, zero_stage=zero, tp=tp, pp=pp, ep=ep, zero_offload=bool(off),
+                                            hpz=hpz, nodes=nodes, gpu=gpu))
                                     rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket,
-                                                 hook, zrb, hpz, nodes, gpn, ep, False, gb))
+                                                 hook, zrb, hpz, nodes, gpn, ep, False, impl, gb))
 
 
 def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:

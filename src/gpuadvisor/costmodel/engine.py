@@ -36,6 +36,7 @@ MEMORY_TIGHT = 0.90
 _ORDERS = ("tp-dp-pp", "tp-pp-dp")
 _SCHEDULES = ("1f1b", "gpipe", "interleaved")
 _HOOKS = ("none", "fp16", "bf16", "powersgd")
+_IMPLS = (None, "deepspeed", "fsdp")  # candidates.ZERO_IMPLS
 _GB = 1e9
 
 
@@ -44,7 +45,8 @@ def plan_row(p: Plan) -> tuple:
     return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
             _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
-            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap), p.global_batch())
+            p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
+            _IMPLS.index(p.zero_impl), p.global_batch())
 
 
 class Eval:
@@ -273,6 +275,12 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard)
+    # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
+    # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
+    impl = a[:, 20]
+    fsdp = (impl == 2) | ((impl == 0) & (zero >= 2) & ((tp > 1) | (pp > 1) | (ep > 1)))
+    ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, rc, layers, zrb), 0.0)
+    z3_mb = z3_mb + np.maximum(0.0, ds_host - (layers * t_layer + t_head + z3_mb))
 
     # ---- pipeline (pipeline.py): P2P of b·s·h/t per micro-batch per boundary, fwd and bwd ----
     psize = tokens * ctx.h * ctx.act_bytes / tp
@@ -594,6 +602,27 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
                 + (2.0 if ctx.adapters else 3.0) * ends * (n - 1) / n)
     on = (zero >= 3) & (dp > 1) & (pp == 1)  # with PP the stage's FSDP syncs once per step (_data_parallel)
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
+
+
+def _deepspeed_zero3_host(ctx: Context, dp, pp, zero, hpz, rc, layers, zrb):
+    """Seconds of DeepSpeed ZeRO-3's host bookkeeping per micro-batch, which grows with ranks x parameters.
+
+    Each gather (a layer's forward, its replayed forward with recompute, its backward; the backward and the replay
+    over the hpZ group when there is one) walks every rank's shard of every parameter tensor of the layer
+    (partition_parameters.py AllGatherCoalescedHandle.wait: a narrow per rank per parameter, then torch.cat), and
+    every gradient in a multi-tensor reduce bucket is cut into world_size chunks and interleaved
+    (coalesced_collectives.py reduce_scatter_coalesced; Context.ds_interleaved_tensors). FSDP gathers into one
+    flat buffer per block and copies out with one op, so it pays none of this. The host runs it while the device
+    works through the queue, so only what outlasts the device's work shows (the caller's max). Constants:
+    calibration.yaml overheads.deepspeed_zero3_*, measured by benchmarks/deepspeed_zero3_host.py."""
+    n_t = float(len(ctx.layer_tensors))
+    bwd_group = np.where(hpz > 1, hpz, dp)
+    gather = layers * n_t * (dp + (1.0 + rc) * bwd_group) * ctx.ds_gather_s
+    sizes, which = np.unique(zrb, return_inverse=True)  # a few bucket sizes per batch: simulate each once
+    per_layer = np.array([ctx.ds_interleaved_tensors(float(z)) for z in sizes])[which.reshape(-1)]
+    reduce = layers * per_layer * dp * ctx.ds_reduce_s
+    on = (zero >= 3) & (dp > 1) & (pp == 1)
+    return np.where(on, gather + reduce, 0.0)
 
 
 def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):

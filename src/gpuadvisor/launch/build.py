@@ -11,7 +11,7 @@ from ..schemas.estimate import Estimate
 from ..schemas.hardware import Cluster, Device, Node
 from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
-from ..schemas.plan import Plan, check_plan_for
+from ..schemas.plan import Plan, check_plan_for, fsdp_trainer_runs
 from ..schemas.workload import Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason, runs_on_deepspeed
 from .environment import common_env, node_env, numa_binding, rdma_fabric
@@ -95,8 +95,8 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps.
 
     With `estimate` (and the `device` kind the plan runs on, for MFU) the job carries the prediction, which the
-    trainer prints beside the measured figures at the end of the run. ZeRO-3 across nodes on GPUs (a `device` of
-    kind gpu, or none given) gets zero_impl "fsdp" (`fsdp_zero3`).
+    trainer prints beside the measured figures at the end of the run. A plan whose ZeRO-3 runs on FSDP
+    (Plan.zero_runtime, `fsdp_zero3`) gets zero_impl "fsdp".
     """
     model = trainer_model_for(workload)
     if model is None:
@@ -105,7 +105,7 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     wl = plan_workload(plan, workload)
     lr = lr * plan.global_batch() / workload.training.global_batch
     peak = peak_flops(device, wl.training.precision) if device is not None else None
-    impl = "fsdp" if fsdp_zero3(plan, wl, gpu=device is None or device.kind == "gpu") else None
+    impl = "fsdp" if fsdp_zero3(plan, wl) else None
     return TrainerJob(plan=plan, workload=wl, trainer_model=model, steps=steps or default_steps(wl, plan),
                       warmup=warmup, lr=lr, model_flops_per_token=model_flops_per_token(wl) or None,
                       peak_flops_per_device=peak or None, zero_impl=impl,
@@ -247,24 +247,34 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
     return []
 
 
-#: ZeRO-3 across nodes is priced as FSDP runs it; DeepSpeed's own ZeRO-3 runs were slower (docs/cost-model.md,
-#: known gaps; docs/calibration.md, the Azure rows). So the bundled trainer runs such plans on FSDP2 (fsdp_zero3).
+#: The hand-over of a plan whose ZeRO-3 runs on FSDP2 (Plan.zero_runtime 'fsdp': what suggest gives ZeRO-3 across
+#: nodes, schemas.plan.handover_zero_impl). DeepSpeed's ZeRO-3 host work grows with ranks x parameters
+#: (docs/cost-model.md), FSDP's does not.
 FSDP_ZERO3_NOTE = (
-    "ZeRO-3 across nodes runs on PyTorch FSDP2 in the bundled trainer (job.json zero_impl 'fsdp'): the prediction "
-    "is FSDP's (per-layer gathers at the network's full rate), and DeepSpeed's own ZeRO-3 runs across nodes (Azure, "
-    "DeepSpeed 0.6) ran 1.2-3x slower than that model at 1-4 sequences per GPU. ds_config.json is written for the "
-    "deepspeed launcher line in these notes; GPUADVISOR_ZERO_IMPL=deepspeed on every node switches the torchrun line "
-    "to DeepSpeed too")
+    "ZeRO-3 runs on PyTorch FSDP2 in the bundled trainer (plan zero_impl 'fsdp', job.json zero_impl 'fsdp'), as "
+    "predicted: DeepSpeed's ZeRO-3 walks every rank's shard of every parameter in Python at each gather and "
+    "gradient bucket, which across nodes adds seconds per step (DeepSpeed's own Azure runs, docs/cost-model.md). "
+    "ds_config.json is written for the deepspeed launcher line in these notes; GPUADVISOR_ZERO_IMPL=deepspeed on "
+    "every node switches the torchrun line to DeepSpeed too, slower than predicted")
 
 
-def fsdp_zero3(plan: Plan, workload: Workload, gpu: bool) -> bool:
-    """Whether the bundled trainer should run this plan's ZeRO-3 on FSDP2 rather than DeepSpeed: pure data-parallel
-    ZeRO-3 across nodes on GPUs (FSDP_ZERO3_NOTE), full training of the bundled GPT in bf16/fp32 without
-    offload or hpZ (what the FSDP2 path runs: trainers/strategies/fsdp.py FsdpDataParallel). Adapter training moves
-    the adapters' gradients only and stays on DeepSpeed."""
-    return (gpu and runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.nodes > 1 and not plan.zero_offload
-            and plan.zero_hpz_partition_size == 1 and workload.training.precision != "fp16"
-            and not workload.finetune.adapters and trainer_model_for(workload) == "gpt")
+def fsdp_zero3(plan: Plan, workload: Workload) -> bool:
+    """Whether the bundled trainer runs this plan's ZeRO-3 on FSDP2 rather than DeepSpeed: a pure data-parallel
+    ZeRO-3 plan whose runtime is FSDP (Plan.zero_runtime; suggest sets it for ZeRO-3 across nodes on GPUs) and a
+    workload the FSDP2 path runs (schemas.plan.fsdp_trainer_runs). A plan asking for FSDP that the path cannot
+    run stays on DeepSpeed (`zero_impl_notes` says so)."""
+    return (runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.zero_runtime == "fsdp"
+            and fsdp_trainer_runs(workload, plan.zero_offload, plan.zero_hpz_partition_size))
+
+
+def zero_impl_notes(plan: Plan, workload: Workload) -> list[str]:
+    """A note when the plan asks for FSDP but the bundled trainer runs its ZeRO-3 on DeepSpeed."""
+    if (runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.zero_impl == "fsdp"
+            and not fsdp_zero3(plan, workload)):
+        return ["zero_impl fsdp: the bundled trainer's FSDP2 path runs full training of its GPT in bf16/fp32 only, "
+                "so this run uses DeepSpeed's ZeRO-3, slower than predicted across many ranks; drop zero_impl to "
+                "predict it as run"]
+    return []
 
 
 def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Optional[Estimate] = None, *,
@@ -299,7 +309,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     n_steps = steps or default_steps(plan_workload(plan, workload), plan)
     ds = deepspeed_config(plan, workload)
     gpu = placed[0][1][0].kind == "gpu"
-    fsdp3 = ds is not None and fsdp_zero3(plan, workload, gpu)  # torchrun runs FSDP2; ds_config.json for DeepSpeed
+    fsdp3 = ds is not None and fsdp_zero3(plan, workload)  # torchrun runs FSDP2; ds_config.json for DeepSpeed
     trainer_args = ["--plan", JOB_FILE, "--steps", str(n_steps), "--warmup", str(DEFAULT_WARMUP), "--out", out_dir]
     ds_args = ["--ds-config", DS_FILE] if ds is not None else []
     if not fsdp3:
@@ -315,6 +325,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += placement_notes(plan, [n.name for n in nodes])
+    notes += zero_impl_notes(plan, workload)
     lr = _lr_note(plan, workload)
     if lr:
         notes.insert(0, lr)

@@ -401,6 +401,16 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
     return stage, offload and stage > 0 and tp == 1 and pp == 1
 
 
+def zero_impl_of(run: PublicRun, stage: int) -> Optional[str]:
+    """The runtime that sharded a ZeRO-2/3 run (Plan.zero_impl): 'fsdp' for PyTorch FSDP / FSDP2 / Megatron-FSDP
+    (an fsdp_mode other than plain DDP, or FSDP in the framework), 'deepspeed' for DeepSpeed's ZeRO, else None."""
+    if stage < 2:
+        return None
+    if (run.fsdp_mode and not re.search(r"FSDP=0", run.fsdp_mode)) or re.search(r"FSDP", run.framework):
+        return "fsdp"
+    return "deepspeed" if re.search(r"DeepSpeed", run.framework) else None
+
+
 def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> float:
     """Share of the layers that recompute (Plan.recompute_fraction): 1 full, 0 none, 1/2 for torchtitan's
     layer-level selective checkpointing (selective_ac_option default "2": every other block); per-op selective
@@ -481,7 +491,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
                     micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **Plan.recompute_fields(recompute),
-                    sequence_parallel=sp, nodes=nodes, devices_per_node=gpn)
+                    sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))
     except ValueError as exc:
         raise Unsupported(f"Plan refuses: {_first_error(exc)}") from None
 

@@ -5,7 +5,7 @@ errors raise ValueError with the fix, never assert.
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -15,6 +15,7 @@ from .workload import Workload
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 CommHook = Literal["none", "fp16", "bf16", "powersgd"]
 MeshOrder = Literal["tp-dp-pp", "tp-pp-dp"]
+ZeroImpl = Literal["deepspeed", "fsdp"]
 
 
 class Plan(Frozen):
@@ -40,6 +41,11 @@ class Plan(Frozen):
     zero_allgather_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed allgather_bucket_size (elements)")
     zero_overlap_comm: bool = True
     zero_hpz_partition_size: int = Field(1, ge=1, description="ZeRO++ hpZ: secondary param shard group size (node)")
+    zero_impl: Optional[ZeroImpl] = Field(
+        None, description="Which runtime shards ZeRO-2/3: 'deepspeed' (DeepSpeed's ZeRO, whose Python walks every "
+        "rank's shard of every parameter at each gather and gradient bucket) or 'fsdp' (PyTorch FSDP/FSDP2, one "
+        "flat buffer per block). None: FSDP with TP, PP or EP (FSDP2 + TP, FSDP per stage), else DeepSpeed "
+        "(`zero_runtime`)")
     recompute: bool = Field(False, description="Activation recompute (checkpointing): a checkpointed layer stores "
                             "its input only and replays its forward in the backward")
     recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
@@ -86,6 +92,17 @@ class Plan(Frozen):
             raise ValueError("hpZ (zero_hpz_partition_size > 1) needs pure data parallelism (tp=1, pp=1)")
         if self.zero_offload and not self.zero_stage:
             raise ValueError("zero_offload needs zero_stage >= 1")
+        if self.zero_impl == "fsdp":
+            if self.zero_stage < 2:
+                raise ValueError("zero_impl fsdp shards like ZeRO-2/3 (SHARD_GRAD_OP, FULL_SHARD); use zero_stage 2 "
+                                 "or 3, or drop zero_impl")
+            if self.zero_offload:
+                raise ValueError("ZeRO-Offload is DeepSpeed's: use zero_impl=deepspeed with zero_offload")
+        if self.zero_impl == "deepspeed" and self.zero_stage >= 2 and (self.pp > 1 or self.ep > 1):
+            raise ValueError("DeepSpeed runs ZeRO-2/3 with pure data parallelism (it refuses them with pipeline "
+                             "parallelism; its MoE sets ep in the model code): use zero_impl=fsdp")
+        if self.zero_impl is not None and not self.zero_stage:
+            raise ValueError("zero_impl needs zero_stage >= 1 (plain DDP has no ZeRO runtime)")
         if self.pp == 1 and (self.pp_virtual_stages != 1):
             raise ValueError("pp_virtual_stages > 1 needs pp > 1")
         if self.pp_schedule == "interleaved" and self.pp_virtual_stages < 2:
@@ -131,6 +148,14 @@ class Plan(Frozen):
         if len(parts) == 1:
             return parts[0][0] + ep
         return "x".join(f"{n}{d}" for n, d in parts) + ep
+
+    @property
+    def zero_runtime(self) -> ZeroImpl:
+        """The runtime that shards this plan's ZeRO-2/3: `zero_impl` when given, else FSDP beside TP, PP or EP
+        (FSDP2 + TP as torchtitan runs it, FSDP per pipeline stage), else DeepSpeed."""
+        if self.zero_impl is not None:
+            return self.zero_impl
+        return "fsdp" if self.zero_stage >= 2 and (self.tp > 1 or self.pp > 1 or self.ep > 1) else "deepspeed"
 
     @property
     def recompute_fraction(self) -> float:
@@ -220,6 +245,26 @@ def _one_line(exc: Exception) -> str:
     if callable(errs):
         return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}" for e in errs())
     return str(exc)
+
+
+def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
+    """Whether the bundled trainer's FSDP2 path (trainers/strategies/fsdp.py) can run a pure data-parallel ZeRO-3
+    plan of `workload`: full training of the bundled GPT in bf16/fp32, without offload or hpZ (DeepSpeed's).
+    Adapter training moves the adapters' gradients only and stays on DeepSpeed."""
+    return (workload.model.kind == "transformer" and not workload.finetune.adapters
+            and workload.training.precision != "fp16" and not zero_offload and hpz == 1)
+
+
+def handover_zero_impl(workload: Workload, *, zero_stage: int, tp: int, pp: int, ep: int, zero_offload: bool,
+                       hpz: int, nodes: int, gpu: bool) -> Optional[ZeroImpl]:
+    """The runtime `suggest` gives a candidate's ZeRO (Plan.zero_impl): FSDP2 for pure data-parallel ZeRO-3 across
+    nodes on GPUs where the bundled trainer runs it, else None (Plan.zero_runtime's default). DeepSpeed's ZeRO-3
+    host work grows with ranks x parameters (Plan.zero_impl; docs/cost-model.md), which across nodes makes it
+    markedly slower than FSDP; inside a node it costs little and DeepSpeed keeps offload, hpZ and LoRA."""
+    if (zero_stage == 3 and tp == 1 and pp == 1 and ep == 1 and nodes > 1 and gpu
+            and fsdp_trainer_runs(workload, zero_offload, hpz)):
+        return "fsdp"
+    return None
 
 
 def check_plan_for(plan: Plan, workload: Workload) -> None:

@@ -349,10 +349,9 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
         best = study.best_value if any(trial_status(t) == "ok" for t in others) else None
         show({"event": "trial", "n": trial.number + 1, "plan": key, "seed_rank": seed_rank, "top_k": top_k,
               "elapsed_s": elapsed, "budget_s": budget_s, "best_tokens_per_s": best})
-        gpu = cluster.nodes[0].devices[0].kind == "gpu"  # ZeRO-3 across nodes runs FSDP2, as handed over
         job = TrainerJob(plan=est.plan, workload=workload, steps=steps, warmup=warmup,
                          trainer_model="resnet18" if "resnet" in workload.model.name.lower() else "gpt",
-                         zero_impl="fsdp" if fsdp_zero3(est.plan, workload, gpu) else None)
+                         zero_impl="fsdp" if fsdp_zero3(est.plan, workload) else None)  # as handed over
         natural = _trial_timeout(est, steps, warmup, trial_timeout_s)
         timeout = min(natural, max(MIN_TRIAL_S, remaining))
         try:

@@ -107,6 +107,35 @@ class LayerShape:
         """Parameters one token multiplies through (MoE: router + top-k + shared experts); FLOPs use these."""
         return self.attention_params() + self.ffn_params(active=True) + self.norms * self.norm_params(self.d_model)
 
+    def tensor_numels(self) -> list[int]:
+        """The layer's parameter tensors, one entry each, in forward order: what a runtime that walks parameters
+        one by one (DeepSpeed ZeRO-3's gathers and gradient buckets) iterates over. Q, K and V are separate
+        Linears (Hugging Face Llama/Qwen, the bundled trainer); a fused QKV (GPT-2's c_attn, Megatron) is one
+        tensor where this counts three. Counts sum to `params`."""
+        d, q, k = self.d_model, self.q_dim, self.kv_dim
+        norm = [d, d] if not self.rmsnorm else [d]
+        out = list(norm)
+        out += [d * q, d * k, d * k] + ([q, k, k] if self.qkv_bias else [])
+        hd_norm = [self.head_dim] * (1 if self.rmsnorm else 2)
+        out += hd_norm * 2 if self.qk_norm else []  # QK-norm: one norm on the queries, one on the keys
+        out += [q * d] + ([d] if self.bias else [])
+        out += list(norm) * (self.norms - 1)
+
+        def mlp(width: int) -> list[int]:
+            mats = [d * width] * (3 if self.gated else 2)
+            biases = ([width] * (2 if self.gated else 1) + [d]) if self.bias else []
+            return mats + biases
+
+        if self.moe:
+            out.append(d * self.n_experts)
+            for _ in range(self.n_experts):
+                out += mlp(self.expert_d_ff)
+            if self.shared_d_ff:
+                out += mlp(self.shared_d_ff)
+        else:
+            out += mlp(self.d_ff)
+        return out
+
     @property
     def mlp_width_per_token(self) -> int:
         """MLP hidden width one token's activations occupy: d_ff, or top-k·f_e + f_s with MoE."""

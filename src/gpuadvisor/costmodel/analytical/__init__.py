@@ -143,6 +143,8 @@ class Context:
             self.p_layer_exp = float(self.shape.routed_expert_params)
             self.top_k = self.shape.experts_per_token
             self.a2a_eff = float(cal.get("moe", {}).get("alltoall_efficiency", 1.0))
+            # DeepSpeed ZeRO-3 walks parameters one by one: each layer's tensors (LayerShape.tensor_numels)
+            self.layer_tensors = self.shape.tensor_numels()
             self._finetune(workload, cal)
             # layer_fpt by GEMM kind (adapters included when they train)
             self.flops_split = K.layer_flops_split(m, self.s, workload.finetune if self.adapters else None)
@@ -157,8 +159,37 @@ class Context:
             self.fps = float(m.flops_per_sample or 0.0)
             self.act_per_sample = float(m.activation_bytes_per_sample or 0.0)
             self.fused_attention = True
+            self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
+        self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6
+        self.ds_reduce_s = float(ov["deepspeed_zero3_reduce_us"]) * 1e-6
+        self._ds_interleaved: dict[float, float] = {}
         self.single_best_tps: Optional[float] = None
+
+    def ds_interleaved_tensors(self, bucket_elements: float) -> float:
+        """Gradient tensors per layer that DeepSpeed ZeRO-3 interleaves rank by rank before a reduce-scatter.
+
+        DeepSpeed fills a reduce bucket with gradients in the order the backward produces them and flushes it
+        when the next one would overflow `reduce_bucket_size` (stage3.py, __add_grad_to_ipg_bucket);
+        reduce_scatter_coalesced (runtime/comm/coalesced_collectives.py) then slices every gradient of a bucket
+        into world_size chunks and torch.cat's them interleaved, unless the bucket holds a single tensor (which a
+        power-of-two world divides). Simulated over the model's layers, once per bucket size. Adapters' gradients
+        are not counted (LoRA runs reduce only them)."""
+        got = self._ds_interleaved.get(bucket_elements)
+        if got is not None:
+            return got
+        if self.adapters or not self.layer_tensors:
+            self._ds_interleaved[bucket_elements] = 0.0
+            return 0.0
+        interleaved, fill, count = 0, 0, 0
+        for numel in list(reversed(self.layer_tensors)) * self.L:
+            if fill + numel > bucket_elements and fill > 0:
+                interleaved += count if count > 1 else 0
+                fill, count = 0, 0
+            fill, count = fill + numel, count + 1
+        interleaved += count if count > 1 else 0
+        got = self._ds_interleaved[bucket_elements] = interleaved / self.L
+        return got
 
     def _fp8(self, dev, cal: dict) -> None:
         """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).

@@ -1,0 +1,90 @@
+"""ZeRO-3 by runtime (Plan.zero_impl): DeepSpeed's per-rank host bookkeeping against FSDP's flat buffers.
+
+DeepSpeed ZeRO-3 walks every rank's shard of every parameter tensor in Python at each gather and gradient bucket
+(partition_parameters.py AllGatherCoalescedHandle.wait, coalesced_collectives.py reduce_scatter_coalesced), so its
+host work grows with ranks x tensors; it shows only where it outlasts the device's work. FSDP pays none of it.
+"""
+import pytest
+
+from gpuadvisor.candidates import enumerate_rows, row_plan
+from gpuadvisor.costmodel.combine import make_context
+from gpuadvisor.costmodel.engine import evaluate
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.ranking import apply_what_if
+from gpuadvisor.schemas import Plan, parse_plan
+from gpuadvisor.workload.shapes import layer_shape
+from gpuadvisor.workload.specs import make_workload
+
+
+@pytest.mark.parametrize("name, tensors", [("1.5B", 16), ("llama-7b", 9), ("mixtral-8x7b", 2 + 4 + 1 + 8 * 3)])
+def test_layer_tensors_add_up_to_the_layers_parameters(name, tensors):
+    """GPT-2: 2 LayerNorms (weight, bias), Q/K/V/O with biases, 2 MLP matrices with biases; Llama: 2 RMSNorms,
+    Q/K/V/O, 3 SwiGLU matrices; Mixtral: + the router and 8 experts of 3 matrices each."""
+    shape = layer_shape(make_workload(name).model)
+    numels = shape.tensor_numels()
+    assert len(numels) == tensors and sum(numels) == shape.params
+
+
+def _ctx(model: str, nodes: int, gb: int, **kw):
+    cl = apply_what_if(load_preset("dgx-a100-8x-4nodes-ib-hdr"), f"gpus={nodes}x8")
+    return make_context(cl, make_workload(model, seq_len=1024, global_batch=gb, **kw))
+
+
+def test_deepspeed_interleaves_the_gradients_of_multi_tensor_buckets_only():
+    ctx = _ctx("1.5B", 1, 8)
+    n = len(ctx.layer_tensors)
+    assert ctx.ds_interleaved_tensors(1e12) == n          # one bucket holds every gradient: all interleaved
+    assert ctx.ds_interleaved_tensors(1.0) == 0.0         # every gradient alone: the single-tensor fast path
+    # the default 5e8-element bucket holds many 1.5B layers (30.7M parameters each): all but the seams
+    assert ctx.ds_interleaved_tensors(5e8) == pytest.approx(n, rel=0.02)
+    # GPT-3 175B: each 12288 x 49152 MLP matrix (604M elements) overflows the bucket and goes alone
+    big = _ctx("175B", 1, 8)
+    assert big.ds_interleaved_tensors(5e8) == len(big.layer_tensors) - 2
+
+
+def _tps_per_gpu(model: str, nodes: int, mb: int, impl):
+    n = nodes * 8
+    ctx = _ctx(model, nodes, n * mb)
+    plan = Plan(dp=n, zero_stage=3, micro_batch_size=mb, nodes=nodes, devices_per_node=8, zero_impl=impl)
+    return evaluate(plan, ctx).analytical_tps / n
+
+
+def test_deepspeed_zero3_turns_host_bound_as_ranks_grow_where_fsdp_does_not():
+    """1.3B GPT at 4 sequences per GPU: on one node DeepSpeed's bookkeeping hides behind the device work (equal to
+    FSDP); at 32 nodes it outlasts it and DeepSpeed's per-GPU throughput falls, FSDP's holds."""
+    one = {impl: _tps_per_gpu("1.3B", 1, 4, impl) for impl in ("deepspeed", "fsdp")}
+    assert one["deepspeed"] == pytest.approx(one["fsdp"], rel=1e-9)
+    ds = [_tps_per_gpu("1.3B", k, 4, "deepspeed") for k in (8, 16, 32)]
+    fs = [_tps_per_gpu("1.3B", k, 4, "fsdp") for k in (8, 16, 32)]
+    assert ds[2] < 0.6 * ds[1] < 0.6 * ds[0]               # host-bound: halving per doubling at the end
+    assert fs[2] > 0.85 * fs[0] and all(d <= f * (1 + 1e-9) for d, f in zip(ds, fs))
+
+
+def test_zero_runtime_defaults_and_refusals():
+    assert Plan(dp=8, zero_stage=3, devices_per_node=8).zero_runtime == "deepspeed"
+    assert Plan(dp=4, tp=2, zero_stage=3, devices_per_node=8).zero_runtime == "fsdp"  # FSDP2 + TP
+    assert Plan(dp=4, pp=2, zero_stage=3, devices_per_node=8).zero_runtime == "fsdp"  # FSDP per stage
+    assert Plan(dp=8, zero_stage=1, devices_per_node=8).zero_runtime == "deepspeed"
+    with pytest.raises(ValueError, match="zero_impl fsdp shards like ZeRO-2/3"):
+        Plan(dp=8, zero_stage=1, devices_per_node=8, zero_impl="fsdp")
+    with pytest.raises(ValueError, match="ZeRO-Offload is DeepSpeed's"):
+        Plan(dp=8, zero_stage=3, zero_offload=True, devices_per_node=8, zero_impl="fsdp")
+    with pytest.raises(ValueError, match="DeepSpeed runs ZeRO-2/3 with pure data parallelism"):
+        Plan(dp=4, pp=2, zero_stage=3, devices_per_node=8, zero_impl="deepspeed")
+    with pytest.raises(ValueError, match="zero_impl needs zero_stage >= 1"):
+        Plan(dp=8, devices_per_node=8, zero_impl="deepspeed")
+    p = parse_plan("dp=8,zero=3,mb=2,zero_impl=fsdp")
+    assert p.zero_impl == "fsdp" and "zero_impl=fsdp" in p.to_string() and parse_plan(p.to_string()) == p
+
+
+def test_suggest_gives_zero3_across_nodes_to_fsdp_where_the_trainer_runs_it():
+    """The enumeration carries the hand-over's runtime (schemas.plan.handover_zero_impl): FSDP2 for pure
+    data-parallel ZeRO-3 across GPU nodes, DeepSpeed inside a node and for LoRA (adapters' gradients only)."""
+    cl = apply_what_if(load_preset("dgx-a100-8x-4nodes-ib-hdr"), "gpus=2x8")
+    for finetune, want in (("full", "fsdp"), ("lora", None)):
+        wl = make_workload("1.5B", global_batch=64, finetune=finetune)
+        z3 = [row_plan(r) for r in enumerate_rows(cl, wl) if r[3] == 3 and r[1] == r[2] == 1]
+        across = {p.zero_impl for p in z3 if p.nodes > 1 and not p.zero_offload and p.zero_hpz_partition_size == 1}
+        inside = {p.zero_impl for p in z3 if p.nodes == 1}
+        assert across == {want} and inside == {None}
+        assert all(p.zero_impl is None for p in z3 if p.zero_offload or p.zero_hpz_partition_size > 1)
