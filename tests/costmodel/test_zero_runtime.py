@@ -88,3 +88,18 @@ def test_suggest_gives_zero3_across_nodes_to_fsdp_where_the_trainer_runs_it():
         inside = {p.zero_impl for p in z3 if p.nodes == 1}
         assert across == {want} and inside == {None}
         assert all(p.zero_impl is None for p in z3 if p.zero_offload or p.zero_hpz_partition_size > 1)
+
+
+def test_deepspeed_zero2_all_reduces_every_micro_step_where_fsdp_reduce_scatters():
+    """DeepSpeed's stage 2 all-reduces each gradient bucket and keeps its partition (use_multi_rank_bucket_allreduce,
+    default true): per rank 2(n-1)/n of the gradients per micro-step against a reduce-scatter's (n-1)/n; both
+    all-gather the updated parameters once per step."""
+    ctx = _ctx("1.5B", 2, 64)
+    sent = {}
+    for impl in ("deepspeed", "fsdp"):
+        plan = Plan(dp=16, zero_stage=2, micro_batch_size=1, num_micro_batches=4, nodes=2, devices_per_node=8,
+                    zero_impl=impl)
+        e = evaluate(plan, ctx)
+        sent[impl] = sum(e.link_bytes.values())
+        assert e.feasible
+    assert sent["deepspeed"] / sent["fsdp"] == pytest.approx((2 * 4 + 1) / (4 + 1), rel=1e-6)

@@ -309,7 +309,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  (tp > 1) | (pp > 1), (zero >= 3) & (pp > 1),
-                                                                 layers)
+                                                                 layers, ~fsdp)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -637,7 +637,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
-                   exp, edp, megatron, fsdp_stage, layers):
+                   exp, edp, megatron, fsdp_stage, layers, deepspeed):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP, ZeRO-1/2 and ZeRO-3
     with PP (synced once per step, `fsdp_stage` below).
 
@@ -656,6 +656,10 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     reduce-scattered once, after the stage's last backward (PipelineStage.backward_maybe_with_nosync), which nothing
     hides; the parameters are all-gathered once per step, layer by layer ahead of the first micro-batch's forward
     (torchtitan apply_fsdp: no resharding under PP, "to avoid per-microbatch all-gathers"). `layers`: FSDP units.
+    `deepspeed`: rows whose ZeRO runs on DeepSpeed (Plan.zero_runtime). DeepSpeed's stage 2 all-reduces each
+    gradient bucket and keeps its partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
+    zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes on every
+    micro-step; FSDP's SHARD_GRAD_OP reduce-scatters.
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     multi = dp > 1
@@ -687,8 +691,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     meg = (_overlapped(rs1, bucket1, window, ctx.contention)
            + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
     z1 = np.where(megatron & ovl, meg, z1)
-    t2 = g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s
-    last2 = g.rs(np.minimum(zbucket, zgb))
+    t2 = np.where(deepspeed, t1, g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s)
+    last2 = np.where(deepspeed, last1, g.rs(np.minimum(zbucket, zgb)))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
     units = np.maximum(layers, 1.0)
     per_unit = (units - 1) * g.ring_lat_s + units * ctx.call_s  # one collective per FSDP unit (layer)
@@ -701,7 +705,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(multi, (dp - 1) / dp, 0.0)
     sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, 2.0, 3.0) * frac * zgb,
-                                                              np.where(zero == 2, (m + 1) * frac * zgb, 0.0)))
+                                                              np.where(zero == 2, (m * np.where(deepspeed, 2.0, 1.0)
+                                                                                   + 1) * frac * zgb, 0.0)))
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
