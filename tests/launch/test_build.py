@@ -220,3 +220,19 @@ def test_steps_from_token_budget(one_node):
     wl = make_workload("gpt2", global_batch=8, token_budget=8192 * 100 + 1)
     lc = build_launch(Plan(dp=4, micro_batch_size=2, devices_per_node=4), one_node, wl)
     assert lc.trainer_args[lc.trainer_args.index("--steps") + 1] == "101"
+
+
+def test_a_zero2_plan_on_fsdp_runs_fsdp2(two_nodes):
+    """A pure data-parallel ZeRO-2 plan that names FSDP (an Accelerate FSDP or llm-foundry SHARD_GRAD_OP config read
+    back) runs the bundled trainer's FSDP2 path without resharding, as priced (a reduce-scatter per micro-step);
+    the deepspeed launcher line is the ZeRO-2 alternative."""
+    from gpuadvisor.launch.build import FSDP_ZERO3_NOTE
+
+    wl = make_workload("gpt2", global_batch=8)
+    z2 = Plan(dp=4, zero_stage=2, micro_batch_size=1, num_micro_batches=2, nodes=2, devices_per_node=2,
+              zero_impl="fsdp")
+    lc = build_launch(z2, two_nodes, wl)
+    assert FSDP_ZERO3_NOTE in lc.notes and "--ds-config" not in lc.trainer_args
+    assert any(n.startswith("DeepSpeed's ZeRO-2 instead of FSDP2") for n in lc.notes)
+    assert make_job(z2, wl).zero_impl == "fsdp"
+    assert make_job(z2.model_copy(update={"zero_impl": None}), wl).zero_impl is None

@@ -251,29 +251,28 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
 #: nodes, schemas.plan.handover_zero_impl). DeepSpeed's ZeRO-3 host work grows with ranks x parameters
 #: (docs/cost-model.md), FSDP's does not.
 FSDP_ZERO3_NOTE = (
-    "ZeRO-3 runs on PyTorch FSDP2 in the bundled trainer (plan zero_impl 'fsdp', job.json zero_impl 'fsdp'), as "
-    "predicted: DeepSpeed's ZeRO-3 walks every rank's shard of every parameter in Python at each gather and "
+    "The plan's ZeRO runs on PyTorch FSDP2 in the bundled trainer (plan zero_impl 'fsdp', job.json zero_impl "
+    "'fsdp'), as predicted: DeepSpeed's ZeRO-3 walks every rank's shard of every parameter in Python at each gather and "
     "gradient bucket, which across nodes adds seconds per step (DeepSpeed's own Azure runs, docs/cost-model.md). "
     "ds_config.json is written for the deepspeed launcher line in these notes; GPUADVISOR_ZERO_IMPL=deepspeed on "
     "every node switches the torchrun line to DeepSpeed too, slower than predicted")
 
 
 def fsdp_zero3(plan: Plan, workload: Workload) -> bool:
-    """Whether the bundled trainer runs this plan's ZeRO-3 on FSDP2 rather than DeepSpeed: a pure data-parallel
-    ZeRO-3 plan whose runtime is FSDP (Plan.zero_runtime; suggest sets it for ZeRO-3 across nodes on GPUs) and a
+    """Whether the bundled trainer runs this plan's ZeRO on FSDP2 rather than DeepSpeed: a pure data-parallel
+    ZeRO-2/3 plan whose runtime is FSDP (Plan.zero_runtime; suggest sets it for ZeRO-3 across nodes on GPUs) and a
     workload the FSDP2 path runs (schemas.plan.fsdp_trainer_runs). A plan asking for FSDP that the path cannot
     run stays on DeepSpeed (`zero_impl_notes` says so)."""
-    return (runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.zero_runtime == "fsdp"
+    return (runs_on_deepspeed(plan) and plan.zero_stage >= 2 and plan.zero_runtime == "fsdp"
             and fsdp_trainer_runs(workload, plan.zero_offload, plan.zero_hpz_partition_size))
 
 
 def zero_impl_notes(plan: Plan, workload: Workload) -> list[str]:
     """A note when the plan asks for FSDP but the bundled trainer runs its ZeRO-3 on DeepSpeed."""
-    if (runs_on_deepspeed(plan) and plan.zero_stage == 3 and plan.zero_impl == "fsdp"
-            and not fsdp_zero3(plan, workload)):
+    if runs_on_deepspeed(plan) and plan.zero_impl == "fsdp" and not fsdp_zero3(plan, workload):
         return ["zero_impl fsdp: the bundled trainer's FSDP2 path runs full training of its GPT in bf16/fp32 only, "
-                "so this run uses DeepSpeed's ZeRO-3, slower than predicted across many ranks; drop zero_impl to "
-                "predict it as run"]
+                f"so this run uses DeepSpeed's ZeRO-{plan.zero_stage}, slower than predicted across many ranks; drop "
+                "zero_impl to predict it as run"]
     return []
 
 
@@ -344,7 +343,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             shown.insert(1, f"... {len(hosts) - 2} more")
         where = f" with a hostfile ({'; '.join(shown)})" if multi else ""
         ssh = ", run once on node 0 (needs passwordless ssh between nodes)" if multi else ""
-        what = "DeepSpeed's ZeRO-3 instead of FSDP2: the deepspeed launcher" if fsdp3 else \
+        what = f"DeepSpeed's ZeRO-{plan.zero_stage} instead of FSDP2: the deepspeed launcher" if fsdp3 else \
             "deepspeed launcher equivalent"
         notes.append(f"{what}{where}{ssh}: {shlex.join(cmd)}")
     if fsdp3:

@@ -146,8 +146,9 @@ def node_lines(launch: LaunchConfig) -> list[str]:
 
 
 def runs_deepspeed(launch: LaunchConfig) -> bool:
-    """The torchrun line runs DeepSpeed (the trainer gets --ds-config). ZeRO-3 across nodes runs FSDP2
-    (build.fsdp_zero3) and writes ds_config.json for the deepspeed launcher alternative only."""
+    """The torchrun line runs DeepSpeed (the trainer gets --ds-config). A plan whose ZeRO runs on FSDP
+    (Plan.zero_runtime, build.fsdp_zero3) runs FSDP2 and writes ds_config.json for the deepspeed launcher
+    alternative only."""
     return launch.deepspeed_config is not None and "--ds-config" in launch.trainer_args
 
 
