@@ -14,7 +14,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..candidates.enumerate import HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
+from ..schemas.plan import fsdp_by_default
 from .analytical import Context
 from .analytical.comm import Group, allreduce_s
 from .analytical.comm import reduce_scatter_s as _rs
@@ -33,20 +35,16 @@ REASONS = (None, "out of device memory", "out of host memory for offload")
 # 1.05-1.2) and the peak of a real step carries temporaries the model does not list (cuBLAS workspaces,
 # NCCL channel buffers grown on demand).
 MEMORY_TIGHT = 0.90
-_ORDERS = ("tp-dp-pp", "tp-pp-dp")
-_SCHEDULES = ("1f1b", "gpipe", "interleaved")
-_HOOKS = ("none", "fp16", "bf16", "powersgd")
-_IMPLS = (None, "deepspeed", "fsdp")  # candidates.ZERO_IMPLS
 _GB = 1e9
 
 
 def plan_row(p: Plan) -> tuple:
     """The enumeration row of one Plan (candidates.COLUMNS order; the inverse of candidates.row_plan)."""
     return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
-            _SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
-            _ORDERS.index(p.mesh_order), p.ddp_bucket_mb, _HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
+            SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
+            ORDERS.index(p.mesh_order), p.ddp_bucket_mb, HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
-            _IMPLS.index(p.zero_impl), p.global_batch())
+            ZERO_IMPLS.index(p.zero_impl), p.global_batch())
 
 
 class Eval:
@@ -82,7 +80,7 @@ class _G:
     """Group attributes of each row as arrays (from Topology.group, one call per distinct degree tuple)."""
 
     def __init__(self, ctx: Context, kind: str, keys: np.ndarray, uniq: list):
-        groups: list[Group] = [ctx.topo.group(kind, dp, tp, pp, nodes, gpn, _ORDERS[o])
+        groups: list[Group] = [ctx.topo.group(kind, dp, tp, pp, nodes, gpn, ORDERS[o])
                                for dp, tp, pp, nodes, gpn, o in uniq]
 
         def arr(attr: str) -> np.ndarray:
@@ -278,7 +276,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
     # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
     impl = a[:, 20]
-    fsdp = (impl == 2) | ((impl == 0) & (zero >= 2) & ((tp > 1) | (pp > 1) | (ep > 1)))
+    fsdp = (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
     ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, rc, layers, zrb), 0.0)
     z3_mb = z3_mb + np.maximum(0.0, ds_host - (layers * t_layer + t_head + z3_mb))
 
@@ -733,7 +731,7 @@ def _features(ctx: Context, a: np.ndarray, g_tp: _G, g_dp: _G, g_pp: _G) -> dict
         "tp_link": np.where(tp > 1, g_tp.kind, none), "dp_link": np.where(dp > 1, g_dp.kind, none),
         "pp_link": np.where(pp > 1, g_pp.kind, none),
         "m": m, "mb": mb, "m_over_p": m / pp, "micro_steps": m,
-        "comm_hook": np.array(_HOOKS, dtype=object)[hook.astype(int)], "recompute": rc > 0,
-        "schedule": np.array(_SCHEDULES, dtype=object)[sched.astype(int)], "sequence_parallel": sp > 0,
+        "comm_hook": np.array(HOOKS, dtype=object)[hook.astype(int)], "recompute": rc > 0,
+        "schedule": np.array(SCHEDULES, dtype=object)[sched.astype(int)], "sequence_parallel": sp > 0,
         "device": np.full(len(a), ctx.device.kind, dtype=object), "ep": a[:, 18],
     }

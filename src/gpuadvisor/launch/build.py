@@ -95,7 +95,7 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     """The TrainerJob (job.json) for a plan: the plan's batch, the bundled model, `steps` timed steps.
 
     With `estimate` (and the `device` kind the plan runs on, for MFU) the job carries the prediction, which the
-    trainer prints beside the measured figures at the end of the run. A plan whose ZeRO-3 runs on FSDP
+    trainer prints beside the measured figures at the end of the run. A plan whose ZeRO runs on FSDP
     (Plan.zero_runtime, `fsdp_zero3`) gets zero_impl "fsdp".
     """
     model = trainer_model_for(workload)
@@ -268,7 +268,7 @@ def fsdp_zero3(plan: Plan, workload: Workload) -> bool:
 
 
 def zero_impl_notes(plan: Plan, workload: Workload) -> list[str]:
-    """A note when the plan asks for FSDP but the bundled trainer runs its ZeRO-3 on DeepSpeed."""
+    """A note when the plan asks for FSDP but the bundled trainer runs its ZeRO on DeepSpeed."""
     if runs_on_deepspeed(plan) and plan.zero_impl == "fsdp" and not fsdp_zero3(plan, workload):
         return ["zero_impl fsdp: the bundled trainer's FSDP2 path runs full training of its GPT in bf16/fp32 only, "
                 f"so this run uses DeepSpeed's ZeRO-{plan.zero_stage}, slower than predicted across many ranks; drop "

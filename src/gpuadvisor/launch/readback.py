@@ -156,11 +156,11 @@ _TT_MODELLED = {
 _TT_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
 
 
-def _fsdp_runtime(rb: ReadBack) -> None:
+def _fsdp_runtime(plan: dict[str, Any]) -> None:
     """Mark a read-back FSDP plan's ZeRO-2/3 as FSDP's (Plan.zero_impl; FSDP with offload is priced as
     DeepSpeed's ZeRO-Offload, the one offload model)."""
-    if int(rb.plan.get("zero", 0)) >= 2 and not rb.plan.get("offload"):
-        rb.plan["zero_impl"] = "fsdp"
+    if int(plan.get("zero", 0)) >= 2 and not plan.get("offload"):
+        plan["zero_impl"] = "fsdp"
 
 
 def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> ReadBack:
@@ -265,7 +265,7 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     rb.seq_len = tr.get("seq_len", 2048)
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
     _torchtitan_fp8(data, rb)
-    _fsdp_runtime(rb)
+    _fsdp_runtime(rb.plan)
     rb.world_size = dp * tp * pp
     return rb
 
@@ -348,8 +348,7 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
                 else:
                     plan["offload"] = True
             plan["recompute"] = bool(fs.get("fsdp_activation_checkpointing", False))
-            if plan["zero"] >= 2 and not plan.get("offload"):
-                plan["zero_impl"] = "fsdp"
+            _fsdp_runtime(plan)
         elif kind == "MEGATRON_LM":
             mc = data.get("megatron_lm_config") or {}
             tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
@@ -510,7 +509,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
                         f"predicted as {rb.precision}")
     _megatron_attention(vals, rb, where)
     if "--use-torch-fsdp2" in switches:
-        _fsdp_runtime(rb)
+        _fsdp_runtime(rb.plan)
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)
     rb.world_size = world

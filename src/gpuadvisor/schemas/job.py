@@ -6,7 +6,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field
 
 from ._base import Frozen
-from .plan import Plan
+from .plan import Plan, ZeroImpl
 from .workload import Workload
 
 
@@ -35,7 +35,7 @@ class TrainerJob(Frozen):
     lr: float = 1e-4
     deepspeed_config: Optional[dict[str, Any]] = Field(
         None, description="DeepSpeed JSON to start from (--ds-config); None = built from the plan")
-    zero_impl: Optional[Literal["deepspeed", "fsdp"]] = Field(
+    zero_impl: Optional[ZeroImpl] = Field(
         None, description="What runs pure data-parallel ZeRO-2/3: DeepSpeed or PyTorch FSDP2; None = the "
                           "GPUADVISOR_ZERO_IMPL environment variable, else DeepSpeed. A DeepSpeed JSON (--ds-config) "
                           "always runs DeepSpeed")

@@ -18,6 +18,12 @@ MeshOrder = Literal["tp-dp-pp", "tp-pp-dp"]
 ZeroImpl = Literal["deepspeed", "fsdp"]
 
 
+def fsdp_by_default(zero_stage: Any, tp: Any, pp: Any, ep: Any) -> Any:
+    """Whether ZeRO without a stated runtime runs on FSDP: ZeRO-2/3 beside TP, PP or EP (FSDP2 + TP as torchtitan
+    runs it, FSDP per pipeline stage); else DeepSpeed. Plain ints, or NumPy arrays of the engine's rows."""
+    return (zero_stage >= 2) & ((tp > 1) | (pp > 1) | (ep > 1))
+
+
 class Plan(Frozen):
     """A complete parallel configuration. Rank r's coordinates follow `mesh_order`, fastest first."""
 
@@ -151,11 +157,10 @@ class Plan(Frozen):
 
     @property
     def zero_runtime(self) -> ZeroImpl:
-        """The runtime that shards this plan's ZeRO-2/3: `zero_impl` when given, else FSDP beside TP, PP or EP
-        (FSDP2 + TP as torchtitan runs it, FSDP per pipeline stage), else DeepSpeed."""
+        """The runtime that shards this plan's ZeRO-2/3: `zero_impl` when given, else `fsdp_by_default`'s."""
         if self.zero_impl is not None:
             return self.zero_impl
-        return "fsdp" if self.zero_stage >= 2 and (self.tp > 1 or self.pp > 1 or self.ep > 1) else "deepspeed"
+        return "fsdp" if fsdp_by_default(self.zero_stage, self.tp, self.pp, self.ep) else "deepspeed"
 
     @property
     def recompute_fraction(self) -> float:
@@ -248,7 +253,7 @@ def _one_line(exc: Exception) -> str:
 
 
 def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
-    """Whether the bundled trainer's FSDP2 path (trainers/strategies/fsdp.py) can run a pure data-parallel ZeRO-3
+    """Whether the bundled trainer's FSDP2 path (trainers/strategies/fsdp.py) can run a pure data-parallel ZeRO-2/3
     plan of `workload`: full training of the bundled GPT in bf16/fp32, without offload or hpZ (DeepSpeed's).
     Adapter training moves the adapters' gradients only and stays on DeepSpeed."""
     return (workload.model.kind == "transformer" and not workload.finetune.adapters

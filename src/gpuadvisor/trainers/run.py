@@ -165,12 +165,12 @@ def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = Non
         data["warmup"] = warmup
     try:
         return TrainerJob.model_validate(data)
-    except Exception as exc:  # one line: the first field at fault and why
+    except ValueError as exc:  # pydantic ValidationError; one line: the first field at fault and why
         from ..workload.hf_config import _first_error
 
         errs = exc.errors() if hasattr(exc, "errors") else []
         field = ".".join(str(x) for x in errs[0]["loc"]) + ": " if errs and errs[0].get("loc") else ""
-        why = _first_error(exc) if isinstance(exc, ValueError) else str(exc).splitlines()[0]
+        why = _first_error(exc)
         raise ValueError(f"invalid trainer job '{path}': {field}{why}; write it again with gpuadvisor "
                          "suggest --emit (or make_job)") from None
 
