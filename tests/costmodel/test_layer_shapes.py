@@ -129,3 +129,31 @@ def test_recompute_keeps_the_layer_input_only():
     s, b, h = 4096, 2, 4096
     assert M.activation_bytes_per_layer(s, b, h, 32, recompute=True, shape=sh) == 2 * s * b * h
     assert M.activation_bytes_per_layer(s, b, h, 32, tp=4, sp=True, recompute=True, shape=sh) == 2 * s * b * h / 4
+
+
+def test_transformer_engine_gated_mlp_stores_three_f_wide_tensors():
+    # Megatron-Core's fused SwiGLU saves its input (gate and up) and recomputes its output; fc2 saves that output
+    sh = layer_shape(resolve_model("llama-2-7b"))
+    eager, te = M.activation_terms(sh), M.activation_terms(sh, te=True)
+    h, f = 4096, 11008
+    assert te.replicated == eager.replicated
+    assert eager.split - te.split == 2 * f
+    # a GeLU MLP stores its two f-wide tensors either way
+    gpt = layer_shape(resolve_model("gpt2"))
+    assert M.activation_terms(gpt, te=True) == M.activation_terms(gpt)
+    assert te.split == 2 * (h + 2 * h) + 2 * h + 6 * f
+
+
+def test_fp8_saves_linear_inputs_in_one_byte_with_transformer_engine_only():
+    sh = layer_shape(resolve_model("llama-2-70b"))
+    h, f, kv = 8192, 28672, 1024
+    te8 = M.activation_terms(sh, te=True, fp8=True)
+    # norm inputs 2·2h at bf16; the QKV and MLP inputs as FP8 copies (1 B)
+    assert te8.replicated == 4 * h + h + h
+    # Q, K, V and the attention output at bf16, the output projection's FP8 copy, fc1 output 2·2f, fc2 input f
+    assert te8.split == 2 * (h + 2 * kv) + 2 * h + h + 4 * f + f
+    # torchao's float8 Linear saves the bf16 input and recasts it: FP8 without TE stores what bf16 does
+    assert M.activation_terms(sh, fp8=True) == M.activation_terms(sh)
+    # LoRA with every Linear frozen drops the FP8 copies the weight gradients would have needed
+    frozen = frozenset({"q", "k", "v", "o", "gate", "up", "down"})
+    assert M.activation_terms(sh, frozen=frozen, te=True, fp8=True).replicated == 4 * h

@@ -15,7 +15,7 @@ from .. import exitcodes
 
 ATTENTION_HELP = ("fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA "
                   "(bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN "
-                  "attention (Megatron-Core, NeMo)")
+                  "attention and layers (Megatron-Core, NeMo; their smaller stored activations too)")
 
 
 class OneLineParser(argparse.ArgumentParser):

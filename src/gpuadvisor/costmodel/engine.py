@@ -429,7 +429,8 @@ def _stage_states(ctx: Context, layers, first, last, pp, tp, e_shard) -> dict[st
 def _act(ctx: Context, mb, tp, sp, rc):
     """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer)."""
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
-                                      shape=ctx.shape, frozen=ctx.frozen_roles)
+                                      shape=ctx.shape, frozen=ctx.frozen_roles, te=ctx.te_layers,
+                                      fp8=ctx.fp8_linears)
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[str, np.ndarray]:
@@ -453,10 +454,14 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
+    # Transformer Engine's cached FP8 weight copies (calibration fp8.te_weight_cache_bytes_per_param): the layers'
+    # Linears on this device; Megatron's output layer is not a TE module and stays bf16
+    cache = (ctx.te_fp8_cache_bytes * (layers * (ctx.p_layer - ctx.p_layer_exp) / tp + st["exp"])
+             if ctx.transformer else np.zeros_like(mb))
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
-                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard)
+                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,
-                 zrb, bucket_mb, agb, st["exp"], edp, e_shard)
+                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -468,14 +473,15 @@ def _sharded(x, exp_frac, dp, edp):
 
 
 def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb,
-            exp, edp, e_shard) -> dict:
+            exp, edp, e_shard, fp8_cache) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
     ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (the
     parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
-    `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded).
+    `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded). `fp8_cache`: Transformer
+    Engine's FP8 weight copies, counted with the weights, except under ZeRO-3 (a gathered layer's cast is transient).
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
@@ -497,6 +503,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     w = np.where(off & (zero >= 3) & (hpz == 1), 0.0, w)
     g = np.where(off & (zero >= 3), 0.0, g)  # gradients stream to host RAM through the reduce bucket (`buf`)
     o = np.where(off, 0.0, o)
+    w = w + np.where(z3, 0.0, fp8_cache)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
     gathered = np.where(z3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0

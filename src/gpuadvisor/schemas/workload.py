@@ -162,7 +162,9 @@ class TrainingSettings(Frozen):
     global_batch: int = Field(8, description="Sequences (or samples) per optimizer step, all ranks together")
     precision: Precision = "bf16"
     attention_kernel: AttentionKernel = Field("flash", description="Fused attention kernel of the training stack: "
-                                              "flash (FlashAttention-2, PyTorch SDPA) or cudnn (Transformer Engine)")
+                                              "flash (FlashAttention-2, PyTorch SDPA; eager PyTorch layers) or "
+                                              "cudnn (Transformer Engine layers, whose stored activations and FP8 "
+                                              "weight caches are priced too)")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

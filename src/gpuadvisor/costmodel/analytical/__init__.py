@@ -80,6 +80,10 @@ class Context:
         # in bf16). Set after the CPU ranks' own constants, which both use.
         self.bf16_curve = (self.rate_max, self.x_half, self.w_half)
         self.fp8_cast_traffic, self.fp8_weight_cast = 0.0, 0.0
+        # Transformer Engine layers (the "cudnn" stack: Megatron-Core, NeMo) store activations their own way
+        # (memory.activation_terms `te`) and, with FP8, cache each weight's FP8 copies (te_fp8_cache_bytes)
+        self.te_layers = t.attention_kernel == "cudnn"
+        self.fp8_linears, self.te_fp8_cache_bytes = False, 0.0
         check_fp8_devices(workload, devs)
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
             self._fp8(dev, cal)
@@ -206,6 +210,9 @@ class Context:
         self.x_half, self.w_half = self.x_half * ratio, self.w_half * ratio
         self.fp8_cast_traffic = float(f8["cast_traffic_per_h"])
         self.fp8_weight_cast = float(f8["weight_cast_bytes_per_param"])
+        self.fp8_linears = True
+        if self.te_layers:
+            self.te_fp8_cache_bytes = float(f8["te_weight_cache_bytes_per_param"])
 
     def _finetune(self, workload: Workload, cal: dict) -> None:
         """What training changes with full fine-tuning or adapters (LoRA/QLoRA; workload.finetune has sources).

@@ -41,7 +41,8 @@ class ActivationTerms:
     scores_per_s: float
 
 
-def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = frozenset()) -> ActivationTerms:
+def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = frozenset(), te: bool = False,
+                     fp8: bool = False) -> ActivationTerms:
     """Per-token stored bytes of one layer, term by term as Korthikanti et al. 2022 §4.1 derive them for GPT.
 
     With d = d_model, q = n_heads·head_dim, k = n_kv_heads·head_dim, f = MLP width per token, e = act_bytes
@@ -64,21 +65,37 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     saves drops it: the shared QKV input when q, k and v are all frozen, the MLP input when gate and up are, the
     down projection's input (GeLU output, or the gated product) when down is. The output projection's input is
     kept: fused attention saves that same tensor as its output.
+    `te`: Transformer Engine layers as Megatron-Core builds them (TrainingSettings.attention_kernel "cudnn"). Its
+    gated MLP saves the fc1 output (gate and up, 2·e·f) for a fused SwiGLU that recomputes its output in backward
+    (megatron/core/fusions/fused_bias_swiglu.py SwiGLUFunction saves only its input), and fc2 saves that output as
+    its input (e·f): 3·e·f instead of eager PyTorch's 4. `fp8` with `te`: every TE Linear saves its input as the
+    FP8 copy it cast for the forward GEMM (transformer_engine/pytorch/module/linear.py and layernorm_linear.py
+    save `inputmat` / `ln_out` after the cast), 1 byte per element: the QKV and MLP inputs and fc2's input
+    shrink to 1 byte, and the output projection adds a 1-byte copy beside the attention output the attention
+    kernel keeps for its own backward. torchao's float8 Linear saves the high-precision input and recasts it in
+    backward (torchao/float8/float8_linear.py matmul_with_hp_or_float8_args: save_for_backward(input_hp, ...)),
+    so FP8 without `te` stores what bf16 does.
     """
     e = float(act_bytes)
     d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.mlp_width_per_token
     mask = 1.0 if shape.dropout else 0.0
-    replicated = shape.norms * e * d + e * d + e * d + 2 * mask * d  # norm inputs, QKV input, MLP input, masks
-    split = e * (q + 2 * k) + e * q  # Q, K, V, output-projection input
+    te_fp8 = te and fp8
+    lin = 1.0 if te_fp8 else e  # bytes per element of a Linear's saved input
+    replicated = shape.norms * e * d + lin * d + lin * d + 2 * mask * d  # norm inputs, QKV input, MLP input, masks
+    split = e * (q + 2 * k) + e * q  # Q, K, V, output-projection input (the attention output)
+    if te_fp8:
+        split += q  # the output projection's own FP8 copy of its input
     if shape.qk_norm:
         split += e * (q + k)
-    split += (4 if shape.gated else 2) * e * f
+    # the activation's inputs (GeLU: fc1 output; gated: gate and up, plus, in eager PyTorch, the activation
+    # output), then the down projection's input
+    split += ((2 if te else 3) if shape.gated else 1) * e * f + lin * f
     if {"q", "k", "v"} <= frozen:
-        replicated -= e * d
+        replicated -= lin * d
     if {"up", "gate"} <= frozen or (not shape.gated and "up" in frozen):
-        replicated -= e * d
+        replicated -= lin * d
     if "down" in frozen:
-        split -= e * f
+        split -= lin * f
     if shape.moe:
         replicated += e * shape.experts_per_token * d + 4.0 * shape.n_experts
     scores = shape.n_heads * (2 * e + mask)  # softmax output, dropout output, dropout mask
@@ -88,7 +105,7 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
 def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLike = 1, sp: ArrayLike = False,
                                recompute: ArrayLike = False, fused_attention: bool = True,
                                act_bytes: int = 2, shape: Optional[LayerShape] = None,
-                               frozen: frozenset = frozenset()) -> Any:
+                               frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -96,17 +113,18 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     s·b·h·(10 + 24/t + 5·a·s/(h·t)); tensor + sequence parallel s·b·h·(34/t + 5·a·s/(h·t)); full
     recompute 2·s·b·h (layer input). The table assumes 16-bit activations; fp32 doubles it.
     With `shape` (`workload.shapes.layer_shape(m)`) the same derivation is redone tensor by tensor for the
-    model's widths (`activation_terms`): GQA's narrower K/V, a gated MLP's 4 stored f-wide tensors, MoE
-    top-k copies, no dropout masks for Llama-style families. The 5·a·s/h term (scores, softmax, dropout
-    mask) vanishes with fused/flash attention (SDPA), assumed on modern GPUs. b, tp, sp and recompute may
-    be NumPy arrays (element-wise, same result as scalar calls). `frozen`: see `activation_terms` (needs `shape`).
+    model's widths (`activation_terms`): GQA's narrower K/V, a gated MLP's 4 stored f-wide tensors (3 with
+    Transformer Engine), MoE top-k copies, no dropout masks for Llama-style families. The 5·a·s/h term (scores,
+    softmax, dropout mask) vanishes with fused/flash attention (SDPA), assumed on modern GPUs. b, tp, sp and
+    recompute may be NumPy arrays (element-wise, same result as scalar calls). `frozen`, `te` and `fp8`: see
+    `activation_terms` (they need `shape`).
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
         terms = ActivationTerms(10.0 * h, 24.0 * h, 5.0 * a)
         scale = act_bytes / 2.0
     else:
-        terms = activation_terms(shape, act_bytes, frozen)
+        terms = activation_terms(shape, act_bytes, frozen, te, fp8)
         scale = 1.0
     t = np.asarray(tp, dtype=float)
     spa = np.asarray(sp, dtype=bool)
