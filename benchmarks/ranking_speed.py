@@ -7,11 +7,13 @@ Run: python benchmarks/ranking_speed.py            (all)
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from gpuadvisor.candidates import enumerate_rows, row_plan
 from gpuadvisor.costmodel.engine import evaluate_batch
@@ -83,20 +85,20 @@ def main() -> None:
     topology(limit_s=600.0)
 
 
-def _timed(cmd: list[str], limit_s: float) -> str:
+def _timed(cmd: list[str], limit_s: float, env: Optional[dict] = None) -> str:
     """Wall time of a command in a fresh interpreter, or '> limit' when it is cut."""
     t = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False, env=env)
     except subprocess.TimeoutExpired:
         return f"> {limit_s:.0f} s (cut)"
     dt = time.perf_counter() - t
     return f"{dt:.2f} s" if r.returncode == 0 else f"{dt:.2f} s, exit {r.returncode}: {r.stderr.strip()[-200:]}"
 
 
-def _cli_s(args: list[str], limit_s: float) -> str:
+def _cli_s(args: list[str], limit_s: float, env: Optional[dict] = None) -> str:
     """`gpuadvisor suggest --top 2 ARGS` end to end (what tests/robustness/test_scale.py runs)."""
-    return _timed([sys.executable, "-m", "gpuadvisor", "suggest", "--top", "2", *args], limit_s)
+    return _timed([sys.executable, "-m", "gpuadvisor", "suggest", "--top", "2", *args], limit_s, env)
 
 
 _INIT = ("import sys, time; from gpuadvisor.costmodel.analytical.comm import Topology; "
@@ -131,6 +133,15 @@ def topology(limit_s: float) -> None:
               f"{_cli_s(['--model', model, '--preset', 'dgx-a100-8x', '--what-if', spec, '--global-batch', gb], limit_s)}")
     runs = sorted(_cli_s(["--model", "1.5B"], limit_s) for _ in range(5))
     print(f"  suggest --model 1.5B (default cluster), 5 runs: {', '.join(runs)}")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # this shell compiles every gpuadvisor module from source on each run (~0.1 s); an installed package, or an
+        # editable one after its first run, loads cached bytecode: time that too, cached outside the source tree
+        with tempfile.TemporaryDirectory() as cache:
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env["PYTHONPYCACHEPREFIX"] = cache
+            _cli_s(["--model", "1.5B"], limit_s, env)  # writes the cache
+            runs = sorted(_cli_s(["--model", "1.5B"], limit_s, env) for _ in range(5))
+        print(f"  the same with cached bytecode (PYTHONDONTWRITEBYTECODE is set here), 5 runs: {', '.join(runs)}")
 
 
 if __name__ == "__main__":
