@@ -50,3 +50,15 @@ def test_output_into_a_closed_pipe_is_quiet():
                           shell=True, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
 
+
+
+@pytest.mark.parametrize("plan, says", [
+    # a check across fields reads as its own message, without pydantic's "Value error, " or a made-up field
+    ("dp=8,zero=1,zero_impl=fsdp", "invalid plan 'dp=8,zero=1,zero_impl=fsdp': zero_impl fsdp shards like ZeRO-2/3"),
+    # a bad field is named
+    ("dp=8,mb=0", "invalid plan 'dp=8,mb=0': micro_batch_size: Input should be greater than or equal to 1"),
+])
+def test_plan_errors_read_as_the_check_says(plan, says, capsys):
+    assert main(["predict", "--model", "1.5B", "--preset", "dgx-a100-8x", "--plan", plan]) != 0
+    err = capsys.readouterr().err.strip()
+    assert says in err and "Value error" not in err and "plan: " not in err, err

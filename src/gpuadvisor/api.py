@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
-from .errors import UserError
+from .errors import UserError, error_text
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
 from .schemas._base import Frozen
 from .schemas.workload import BatchDefault, FineTune
@@ -49,7 +49,7 @@ def typed(func: F) -> F:
             mine = [e for e in errs if e["loc"] and str(e["loc"][0]) == name]
             bad_value = next((e for e in mine if e["type"] == "value_error"), None)
             if bad_value is not None:
-                why = bad_value["msg"].removeprefix("Value error, ")
+                why = error_text(bad_value)
             else:
                 ann = params[name].annotation if name in params else "another type"
                 why = f"must be {ann}, got {type(errs[0].get('input')).__name__} {errs[0].get('input')!r:.40}"

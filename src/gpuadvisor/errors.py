@@ -1,6 +1,8 @@
 """User-facing errors: one line that names the problem and the fix."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from . import exitcodes
 
 
@@ -15,3 +17,25 @@ class UserError(ValueError):
         # one line whatever the user typed (a model name or file content may carry newlines)
         super().__init__(" ".join(str(message).splitlines()))
         self.exit_code = exit_code
+
+
+def error_text(error: Mapping[str, Any]) -> str:
+    """One entry of a pydantic ValidationError.errors(): its message without pydantic's "Value error, " prefix
+    (the prefix a validator's own ValueError gets)."""
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def validation_message(exc: Exception, every_field: bool = False) -> str:
+    """What a pydantic ValidationError says, one line, without pydantic's "Value error, " prefix.
+
+    The first error's message, or with `every_field` all of them as "field: message; ..." (a model-level check
+    has no field and reads as its message alone). Any other exception: its first line.
+    """
+    errs = getattr(exc, "errors", None)
+    found = errs() if callable(errs) else []
+    if not found:
+        return (str(exc).splitlines() or [""])[0]
+    msgs = [(".".join(map(str, e.get("loc") or ())), error_text(e)) for e in found]
+    if not every_field:
+        return " ".join(msgs[0][1].split())
+    return " ".join("; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in msgs).split())

@@ -12,7 +12,7 @@ import functools
 import re
 from typing import Any, Callable, Collection, NamedTuple, Optional
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 from ..hardware.cluster_file import cluster_from_dict
 from ..knowledge import GpuSpec, gpu_spec, load_links
 from ..launch.torchtitan import PER_OP_SAC_INTERVAL
@@ -493,15 +493,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
                     pp_virtual_stages=vpp, **Plan.recompute_fields(recompute),
                     sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))
     except ValueError as exc:
-        raise Unsupported(f"Plan refuses: {_first_error(exc)}") from None
-
-
-def _first_error(exc: ValueError) -> str:
-    errs = getattr(exc, "errors", None)
-    if callable(errs):
-        msg = str(errs()[0].get("msg", exc))
-        return msg.removeprefix("Value error, ")
-    return str(exc)
+        raise Unsupported(f"Plan refuses: {validation_message(exc)}") from None
 
 
 def plausible_rate(run: PublicRun, spec: GpuSpec, model: ModelSpec, precision: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from ..errors import validation_message
 from ._base import Frozen
 from .workload import Workload
 
@@ -234,7 +235,7 @@ def parse_plan(text: str, **defaults: object) -> Plan:
     try:
         plan = Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
     except Exception as exc:  # pydantic ValidationError -> one line
-        raise ValueError(f"invalid plan '{text}': {_one_line(exc)}") from None
+        raise ValueError(f"invalid plan '{text}': {validation_message(exc, every_field=True)}") from None
     from .bounds import MAX_DEVICES
     from .workload import MAX_GLOBAL_BATCH
 
@@ -243,13 +244,6 @@ def parse_plan(text: str, **defaults: object) -> Plan:
     if plan.global_batch() > MAX_GLOBAL_BATCH:
         raise ValueError(f"invalid plan '{text}': batch dp*mb*m = {plan.global_batch()} is above {MAX_GLOBAL_BATCH}")
     return plan
-
-
-def _one_line(exc: Exception) -> str:
-    errs = getattr(exc, "errors", None)
-    if callable(errs):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}" for e in errs())
-    return str(exc)
 
 
 def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:

@@ -166,11 +166,11 @@ def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = Non
     try:
         return TrainerJob.model_validate(data)
     except ValueError as exc:  # pydantic ValidationError; one line: the first field at fault and why
-        from ..workload.hf_config import _first_error
+        from ..errors import validation_message
 
         errs = exc.errors() if hasattr(exc, "errors") else []
         field = ".".join(str(x) for x in errs[0]["loc"]) + ": " if errs and errs[0].get("loc") else ""
-        why = _first_error(exc)
+        why = validation_message(exc)
         raise ValueError(f"invalid trainer job '{path}': {field}{why}; write it again with gpuadvisor "
                          "suggest --emit (or make_job)") from None
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 from ..schemas.workload import ALL_LINEAR, MAX_LORA_RANK, FineTune, ModelSpec, Workload
 from .shapes import LayerShape, layer_shape
 
@@ -200,9 +200,7 @@ def make_finetune(method: Union[str, FineTune, None], *, lora_rank: Optional[int
     try:
         return FineTune.model_validate({**base.model_dump(), **update})
     except ValueError as exc:
-        from .hf_config import _first_error
-
-        raise UserError(f"{name['method']}: {_first_error(exc)}") from None
+        raise UserError(f"{name['method']}: {validation_message(exc)}") from None
 
 
 def check_targets(model: ModelSpec, finetune: FineTune, flag: str = "--lora-targets") -> None:

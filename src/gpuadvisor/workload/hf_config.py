@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 from ..schemas.workload import ModelSpec
 from .hf_families import FAMILIES, GATE_ACTS
 
@@ -77,7 +77,7 @@ def model_from_hf_config(path_text: str) -> ModelSpec:
     try:
         return ModelSpec(name=name, source=f"HuggingFace config {path} ({fam} keys){note}", **fields)
     except ValueError as exc:
-        raise UserError(f"model config {path}: {_first_error(exc)}") from None
+        raise UserError(f"model config {path}: {validation_message(exc)}") from None
 
 
 def _decoder_fields(cfg: dict[str, Any], path: Path) -> tuple[str, dict[str, Any]]:
@@ -164,9 +164,3 @@ def _opt_int(cfg: dict[str, Any], key: str, path: Path) -> int:
     return value
 
 
-def _first_error(exc: ValueError) -> str:
-    """The first message of a pydantic ValidationError, one line."""
-    errs = getattr(exc, "errors", None)
-    if callable(errs) and errs():
-        return str(errs()[0]["msg"]).removeprefix("Value error, ")
-    return str(exc).splitlines()[0]

@@ -4,11 +4,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Optional, Union
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 from ..schemas.workload import ATTENTION_KERNELS, PRECISIONS, FineTune, ModelSpec, TrainingSettings, Workload
 from .batch_defaults import SMALL_MODEL_BATCH, BatchDefault, default_batch
 from .catalog import Preset
-from .hf_config import _first_error
 from .specs import resolve_preset
 
 DEFAULT_SEQ_LEN = 1024
@@ -77,7 +76,7 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
                                 attention_kernel=attention_kernel, optimizer=optimizer, allow_recompute=allow_recompute,
                                 allow_batch_change=allow_batch_change, token_budget=token_budget)
     except ValueError as exc:
-        raise UserError(f"training settings: {_first_error(exc)}") from None
+        raise UserError(f"training settings: {validation_message(exc)}") from None
 
 
 def make_workload(model: Union[str, ModelSpec], *, finetune: Union[FineTune, str, None] = None,
@@ -126,7 +125,7 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     try:
         workload = Workload(model=spec, training=training)
     except ValueError as exc:  # the model with these settings (fp8 on a non-transformer)
-        raise UserError(_first_error(exc)) from None
+        raise UserError(validation_message(exc)) from None
     return with_finetune(workload, ft, targets_flag), chosen
 
 
@@ -139,6 +138,6 @@ def with_finetune(workload: Workload, finetune: FineTune, flag: str = "--lora-ta
     try:
         wl = Workload(model=workload.model, training=workload.training, finetune=finetune)
     except ValueError as exc:
-        raise UserError(_first_error(exc)) from None
+        raise UserError(validation_message(exc)) from None
     check_targets(wl.model, wl.finetune, flag)
     return wl

@@ -4,10 +4,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 from ..schemas.workload import ModelSpec
 from . import catalog
-from .hf_config import _first_error, looks_like_path, model_from_hf_config
+from .hf_config import looks_like_path, model_from_hf_config
 
 
 def resolve_model(text: str) -> ModelSpec:
@@ -83,7 +83,7 @@ def model_from_args(layers: int, hidden: int, heads: int, ffn: Optional[int] = N
         return ModelSpec(name=label, source=f"explicit shape: layers={layers} hidden={hidden} heads={heads} "
                          f"ffn={ffn} vocab={vocab} seq={seq} mlp={mlp}", **fields)
     except ValueError as exc:
-        raise UserError(f"model shape: {_first_error(exc)}; pick heads dividing hidden (A divides H)") from None
+        raise UserError(f"model shape: {validation_message(exc)}; pick heads dividing hidden (A divides H)") from None
 
 
 def generic_model(name: str, params: float, flops_per_sample: float,
