@@ -481,7 +481,8 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
     `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded). `fp8_cache`: Transformer
-    Engine's FP8 weight copies, counted with the weights, except under ZeRO-3 (a gathered layer's cast is transient).
+    Engine's FP8 weight copies, counted with the weights; under ZeRO-3 sharded like them (TE scatters a cached
+    workspace over the FSDP group it is given, get_weight_workspace(fsdp_group=...)).
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
@@ -503,7 +504,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     w = np.where(off & (zero >= 3) & (hpz == 1), 0.0, w)
     g = np.where(off & (zero >= 3), 0.0, g)  # gradients stream to host RAM through the reduce bucket (`buf`)
     o = np.where(off, 0.0, o)
-    w = w + np.where(z3, 0.0, fp8_cache)
+    w = w + np.where(z3, _sharded(fp8_cache, f, dp, edp), fp8_cache)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
     gathered = np.where(z3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0
