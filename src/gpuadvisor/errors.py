@@ -25,17 +25,16 @@ def error_text(error: Mapping[str, Any]) -> str:
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
-def validation_message(exc: Exception, every_field: bool = False) -> str:
+def validation_message(exc: Exception, *, with_field: bool = False, every_error: bool = False) -> str:
     """What a pydantic ValidationError says, one line, without pydantic's "Value error, " prefix.
 
-    The first error's message, or with `every_field` all of them as "field: message; ..." (a model-level check
-    has no field and reads as its message alone). Any other exception: its first line.
+    The first error's message; `with_field` puts its field first ("field: message"; a model-level check has no
+    field and reads as its message alone); `every_error` joins all of them with "; ". Any other exception: its
+    first line.
     """
     errs = getattr(exc, "errors", None)
     found = errs() if callable(errs) else []
     if not found:
         return (str(exc).splitlines() or [""])[0]
-    msgs = [(".".join(map(str, e.get("loc") or ())), error_text(e)) for e in found]
-    if not every_field:
-        return " ".join(msgs[0][1].split())
-    return " ".join("; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in msgs).split())
+    msgs = [(".".join(map(str, e.get("loc") or ())), error_text(e)) for e in found[:None if every_error else 1]]
+    return " ".join("; ".join(f"{loc}: {msg}" if loc and with_field else msg for loc, msg in msgs).split())

@@ -11,7 +11,7 @@ from ..schemas.estimate import Estimate
 from ..schemas.hardware import Cluster, Device, Node
 from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
-from ..schemas.plan import Plan, check_plan_for, fsdp_trainer_runs
+from ..schemas.plan import Plan, ZeroImpl, check_plan_for, fsdp_trainer_runs
 from ..schemas.workload import Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason, runs_on_deepspeed
 from .environment import common_env, node_env, numa_binding, rdma_fabric
@@ -105,10 +105,9 @@ def make_job(plan: Plan, workload: Workload, *, steps: Optional[int] = None, war
     wl = plan_workload(plan, workload)
     lr = lr * plan.global_batch() / workload.training.global_batch
     peak = peak_flops(device, wl.training.precision) if device is not None else None
-    impl = "fsdp" if fsdp_zero3(plan, wl) else None
     return TrainerJob(plan=plan, workload=wl, trainer_model=model, steps=steps or default_steps(wl, plan),
                       warmup=warmup, lr=lr, model_flops_per_token=model_flops_per_token(wl) or None,
-                      peak_flops_per_device=peak or None, zero_impl=impl,
+                      peak_flops_per_device=peak or None, zero_impl=job_zero_impl(plan, wl),
                       predicted=predicted_figures(estimate, wl, peak) if estimate is not None else None)
 
 
@@ -265,6 +264,12 @@ def fsdp_zero3(plan: Plan, workload: Workload) -> bool:
     run stays on DeepSpeed (`zero_impl_notes` says so)."""
     return (runs_on_deepspeed(plan) and plan.zero_stage >= 2 and plan.zero_runtime == "fsdp"
             and fsdp_trainer_runs(workload, plan.zero_offload, plan.zero_hpz_partition_size))
+
+
+def job_zero_impl(plan: Plan, workload: Workload) -> Optional[ZeroImpl]:
+    """TrainerJob.zero_impl for a plan: "fsdp" where the bundled trainer runs its ZeRO on FSDP2 (`fsdp_zero3`), else
+    None (DeepSpeed, or GPUADVISOR_ZERO_IMPL)."""
+    return "fsdp" if fsdp_zero3(plan, workload) else None
 
 
 def zero_impl_notes(plan: Plan, workload: Workload) -> list[str]:

@@ -235,7 +235,7 @@ def parse_plan(text: str, **defaults: object) -> Plan:
     try:
         plan = Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
     except Exception as exc:  # pydantic ValidationError -> one line
-        raise ValueError(f"invalid plan '{text}': {validation_message(exc, every_field=True)}") from None
+        raise ValueError(f"invalid plan '{text}': {validation_message(exc, with_field=True, every_error=True)}") from None
     from .bounds import MAX_DEVICES
     from .workload import MAX_GLOBAL_BATCH
 

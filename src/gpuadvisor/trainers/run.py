@@ -168,10 +168,8 @@ def load_job(path: str, steps: Optional[int] = None, warmup: Optional[int] = Non
     except ValueError as exc:  # pydantic ValidationError; one line: the first field at fault and why
         from ..errors import validation_message
 
-        errs = exc.errors() if hasattr(exc, "errors") else []
-        field = ".".join(str(x) for x in errs[0]["loc"]) + ": " if errs and errs[0].get("loc") else ""
-        why = validation_message(exc)
-        raise ValueError(f"invalid trainer job '{path}': {field}{why}; write it again with gpuadvisor "
+        why = validation_message(exc, with_field=True)
+        raise ValueError(f"invalid trainer job '{path}': {why}; write it again with gpuadvisor "
                          "suggest --emit (or make_job)") from None
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, cast
 
-from ..launch.build import fsdp_zero3
+from ..launch.build import job_zero_impl
 from ..launch.deepspeed import runs_on_deepspeed
 from .. import __version__
 from ..errors import UserError
@@ -351,7 +351,7 @@ def _loop(study: Any, st: Any, space: SearchSpace, cluster: Cluster, workload: W
               "elapsed_s": elapsed, "budget_s": budget_s, "best_tokens_per_s": best})
         job = TrainerJob(plan=est.plan, workload=workload, steps=steps, warmup=warmup,
                          trainer_model="resnet18" if "resnet" in workload.model.name.lower() else "gpt",
-                         zero_impl="fsdp" if fsdp_zero3(est.plan, workload) else None)  # as handed over
+                         zero_impl=job_zero_impl(est.plan, workload))  # as handed over
         natural = _trial_timeout(est, steps, warmup, trial_timeout_s)
         timeout = min(natural, max(MIN_TRIAL_S, remaining))
         try:

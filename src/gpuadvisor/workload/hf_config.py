@@ -162,5 +162,3 @@ def _opt_int(cfg: dict[str, Any], key: str, path: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"model config {path}: key '{key}' must be a positive integer or null, got {value!r}")
     return value
-
-
