@@ -35,6 +35,9 @@ def test_gpt3_table_is_brown_et_al_table_2_1():
     ("7B", None, 2048),             # rotary: seq 1024 by default, 2M / 1024
     ("70B", 4096, 512),             # llama-70b 69.0B: the 13B row (2M); 175B's row starts at 95% of 175B
     ("gpt3-175b", 2048, 1600),      # 174.6B by its shape: GPT-3 175B's own 3.2M = 1600 x 2048
+    # the GPT-3 presets at their default 2048 context: Table 2.1's batches, which are also the global_batch_size
+    # of Megatron-DeepSpeed's GPT-3 examples (256 / 512 / 512 / 1024 / 1024)
+    ("760M", None, 256), ("1.3B", None, 512), ("2.7B", None, 512), ("6.7B", None, 1024), ("gpt3-13b", None, 1024),
 ])
 def test_gpt3_rule_on_catalog_models(model, seq_len, expected):
     w = make_workload(model, **({"seq_len": seq_len} if seq_len else {}))

@@ -51,14 +51,39 @@ def test_every_preset_and_alias_resolves_and_has_a_source():
     ("10M", "gpt-10m", True), ("100M", "gpt-100m", True), ("300M", "gpt-300m", True),
     ("500M", "gpt-500m", True), ("1B", "gpt-1b", True), ("13B", "llama-13b", True),
     ("30B", "llama-30b", True), ("33B", "llama-30b", True), ("65B", "llama-65b", True),
-    ("70B", "llama-70b", True), ("175B", "gpt3-175b", True), ("6.7B", "llama-7b", False),
-    ("124M", "gpt2", True), ("774M", "gpt2-large", True),
+    ("70B", "llama-70b", True), ("175B", "gpt3-175b", True), ("6.7B", "gpt3-6.7b", True),
+    ("124M", "gpt2", True), ("774M", "gpt2-large", True), ("760M", "gpt3-760m", True),
+    ("1.3B", "gpt3-1.3b", True), ("2.7B", "gpt3-2.7b", True), ("1.2B", "gpt3-1.3b", False),
+    ("3B", "gpt3-2.7b", False), ("6.9B", "llama-7b", False),
 ])
 def test_sizes(text, preset, exact):
     spec = resolve_model(text)
     assert spec.name.startswith(preset + " (")
     assert ("snapped" in spec.source) is (not exact)
     assert catalog.presets()[preset].spec.params == spec.params
+
+
+# Brown et al. 2020 Table 2.1: (size name, layers, d_model, heads); d_ff = 4 x d_model, 2048 positions,
+# vocabulary 50257. XL and 13B keep the d_head column (128): 16 heads on 2048, 40 x 128 = 5120 (models.yaml).
+GPT3_TABLE_2_1 = [("gpt3-125m", 125e6, 12, 768, 12), ("gpt3-350m", 350e6, 24, 1024, 16),
+                  ("gpt3-760m", 760e6, 24, 1536, 16), ("gpt3-1.3b", 1.3e9, 24, 2048, 16),
+                  ("gpt3-2.7b", 2.7e9, 32, 2560, 32), ("gpt3-6.7b", 6.7e9, 32, 4096, 32),
+                  ("gpt3-13b", 13e9, 40, 5120, 40), ("gpt3-175b", 175e9, 96, 12288, 96)]
+
+
+@pytest.mark.parametrize("name,nominal,layers,hidden,heads", GPT3_TABLE_2_1)
+def test_gpt3_family_is_table_2_1(name, nominal, layers, hidden, heads):
+    spec = resolve_model(name)
+    assert (spec.n_layers, spec.d_model, spec.n_heads, spec.d_ff) == (layers, hidden, heads, 4 * hidden)
+    assert (spec.vocab_size, spec.max_seq_len, spec.tied_embeddings, spec.mlp) == (50257, 2048, True, "gelu")
+    # the paper rounds its size names (2.7B counts 2.652B); a wrong layer count or width is off by >= 10 %
+    assert within(spec.params, nominal, tol=0.02), (name, spec.params)
+
+
+@pytest.mark.parametrize("name", [row[0] for row in GPT3_TABLE_2_1])
+def test_gpt3_family_trains_at_its_2048_context_by_default(name):
+    from gpuadvisor.workload import make_workload
+    assert make_workload(name).training.seq_len == 2048
 
 
 def test_snapping_says_how_far():

@@ -7,34 +7,40 @@ from typing import Any, Optional
 def largest_fitting(cluster: Any, workload: Any) -> Any:
     """The largest catalog size (same training settings) for which api.suggest finds a feasible plan.
 
-    Binary search over the size table, assuming a larger model never fits where a smaller one does not.
+    Binary search over the sizes that take the seq len, assuming a larger model never fits where a smaller one
+    does not.
     """
     from .. import api
     from ..workload import catalog
 
     t = workload.training
-    sizes = [label for _, (label, _) in sorted(catalog.sizes().items())]
 
-    def fits(label: str) -> Any:
+    def make(label: str) -> Any:
         try:
-            wl = api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch, precision=t.precision,
-                                   token_budget=t.token_budget, attention_kernel=t.attention_kernel)
+            return api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch,
+                                     precision=t.precision, token_budget=t.token_budget,
+                                     attention_kernel=t.attention_kernel)
         except ValueError:
-            return None  # e.g. seq_len beyond this model's position table
-        return wl if api.suggest(wl, cluster=cluster, top=1).ranking.top else None
+            return None  # seq_len beyond this model's learned position table (GPT-2's 1024): not a candidate
 
-    lo, hi, best = 0, len(sizes) - 1, None
+    # only the sizes that take this seq_len: a GPT-2 size refusing 2048 tokens says nothing about fitting
+    candidates = [wl for wl in (make(label) for _, (label, _) in sorted(catalog.sizes().items())) if wl is not None]
+
+    def fits(wl: Any) -> bool:
+        return bool(api.suggest(wl, cluster=cluster, top=1).ranking.top)
+
+    lo, hi, best = 0, len(candidates) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
-        wl = fits(sizes[mid])
-        if wl is not None:
-            best, lo = wl, mid + 1
+        if fits(candidates[mid]):
+            best, lo = candidates[mid], mid + 1
         else:
             hi = mid - 1
     if best is None:
         from ..errors import UserError
 
-        raise UserError(f"not even the smallest model ({sizes[0]}) fits with seq len {t.seq_len} and "
+        smallest = candidates[0].model.name if candidates else "none takes this seq len"
+        raise UserError(f"not even the smallest model ({smallest}) fits with seq len {t.seq_len} and "
                         f"global batch {t.global_batch}; lower them on the Model step")
     return best
 
