@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--plan", help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
     what.add_argument("--from", dest="from_file", metavar="FILE", type=text("--from"),
                       help="check your config: a ds_config.json, torchtitan .toml, Accelerate .yaml or a text file "
-                           "with Megatron-LM arguments; predicts it and compares with the advisor's best plan")
+                           "with Megatron-LM or Megatron-DeepSpeed arguments; predicts it and compares with the "
+                           "advisor's best plan")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="cluster preset name (gpuadvisor presets)")
     src.add_argument("--cluster", help="cluster file (YAML)")

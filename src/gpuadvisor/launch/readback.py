@@ -405,7 +405,11 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity", "--recompute-method",
                "--recompute-num-layers", "--context-parallel-size", "--expert-model-parallel-size",
                "--expert-tensor-parallel-size", "--num-layers", "--fp8-format", "--fp8-recipe",
-               "--transformer-impl", "--attention-backend"}
+               "--transformer-impl", "--attention-backend"} | {
+    # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py: _add_zero_args, _add_training_args;
+    # deepspeed.add_config_arguments): the ZeRO stage, DeepSpeed's JSON, the old checkpointing chunk, Ulysses
+    "--zero-stage", "--deepspeed_config", "--deepspeed-config", "--checkpoint-num-layers",
+    "--ds-sequence-parallel-size"}
 #: _add_transformer_engine_args: --fp8-format choices and --fp8-recipe choices (default delayed); per-tensor ones are
 #: what the cost model prices, the others are read as per-tensor FP8 with a note
 _MEG_FP8_FORMATS = ("e4m3", "hybrid")
@@ -413,12 +417,24 @@ _MEG_FP8_RECIPES = {"delayed": True, "tensorwise": True, "mxfp8": False, "blockw
 #: --transformer-impl choices and --attention-backend's (the AttnBackend enum) in megatron/training/arguments.py
 _MEG_IMPLS = ("transformer_engine", "local", "inference_optimized")
 _MEG_ATTN_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
-_MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2", "--optimizer-cpu-offload",
-                 "--bf16", "--fp16", "--recompute-activations", "--torch-fsdp2-no-reshard-after-forward"}
+_MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2",
+                 "--optimizer-cpu-offload", "--bf16", "--fp16", "--recompute-activations",
+                 "--torch-fsdp2-no-reshard-after-forward",
+                 # Megatron-LM before 2022 and Megatron-DeepSpeed: full recompute of every layer (Megatron-LM's
+                 # validate_args turned it into --recompute-granularity full --recompute-method uniform)
+                 "--checkpoint-activations",
+                 # Megatron-DeepSpeed: the DeepSpeed engine, its pipeline switch, CPU Adam, the flash kernels
+                 "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations",
+                 "--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton"}
+#: Megatron-DeepSpeed's flash-attention switches (its default attention core is Megatron's unfused one)
+_MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton")
 
 
-def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments") -> ReadBack:
-    """A Megatron-LM argument list -> ReadBack; other flags are kept as ignored, near-misses of ours refused."""
+def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments",
+                  base: Optional[Path] = None) -> ReadBack:
+    """A Megatron-LM or Megatron-DeepSpeed argument list -> ReadBack; other flags are kept as ignored, near-misses
+    of ours refused. With --deepspeed, DeepSpeed's JSON (--deepspeed_config, relative to `base` or the working
+    folder) gives the ZeRO stage and its settings as `predict --from ds_config.json` reads them."""
     rb = ReadBack("Megatron-LM arguments")
     vals: dict[str, str] = {}
     switches: set[str] = set()
@@ -474,6 +490,12 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if "--tp-comm-overlap" in switches:
             rb.plan["tp_comm_overlap"] = True
     gran = vals.get("--recompute-granularity")
+    if "--checkpoint-activations" in switches and gran is None:
+        gran = "full"
+        if num("--checkpoint-num-layers", 1) > 1:
+            rb.notes.append(f"--checkpoint-num-layers {vals['--checkpoint-num-layers']}: chunks of layers recompute "
+                            "together; predicted as every layer recomputing alone (the same compute, a little "
+                            "more memory)")
     if gran == "full" or "--recompute-activations" in switches and gran != "selective":
         rb.plan["recompute"] = True
         if vals.get("--recompute-method") == "block":
@@ -502,12 +524,17 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         else:
             rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
+    if "--deepspeed" in switches:
+        _megatron_deepspeed(vals, switches, rb, where, base)
+    elif "--no-pipeline-parallel" in switches or "--zero-stage" in vals:
+        rb.notes.append("--zero-stage / --no-pipeline-parallel act only with --deepspeed (Megatron-DeepSpeed): "
+                        "predicted without DeepSpeed")
     if "--fp8-format" in vals:
         _megatron_fp8(vals, rb, where)
     elif "--fp8-recipe" in vals:
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
-    _megatron_attention(vals, rb, where)
+    _megatron_attention(vals, switches, rb, where)
     if "--use-torch-fsdp2" in switches:
         _fsdp_runtime(rb.plan)
     if "--seq-length" in vals:
@@ -516,26 +543,110 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     return rb
 
 
-def _megatron_attention(vals: dict[str, str], rb: ReadBack, where: str) -> None:
+def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, where: str) -> None:
     """The attention kernel a Megatron run uses (megatron/training/arguments.py: --transformer-impl defaults to
     transformer_engine, --attention-backend to auto, which picks Transformer Engine's cuDNN fused attention where
     it supports the shape): cudnn, unless the local implementation or the flash backend is asked for. Values
-    outside Megatron's choices are one-line errors, as Megatron's argparse makes them."""
-    impl, backend = vals.get("--transformer-impl", "transformer_engine"), vals.get("--attention-backend", "auto")
+    outside Megatron's choices are one-line errors, as Megatron's argparse makes them.
+
+    Megatron-DeepSpeed (--deepspeed) builds Megatron's own layers (--transformer-impl local is its default) with an
+    unfused attention core unless one of its --use-flash-attn switches is given: priced as FlashAttention-2."""
+    deepspeed = "--deepspeed" in switches
+    impl = vals.get("--transformer-impl", "local" if deepspeed else "transformer_engine")
+    backend = vals.get("--attention-backend", "auto")
     for flag, value, choices in (("--transformer-impl", impl, _MEG_IMPLS),
                                  ("--attention-backend", backend, _MEG_ATTN_BACKENDS)):
         if value not in choices:
             raise UserError(f"{where}: {flag} must be one of {', '.join(choices)} (Megatron's choices), "
                             f"got {value!r}")
-    if impl == "local" or backend in ("flash", "unfused", "local"):
+    flash_switch = next((f for f in _MDS_FLASH if f in switches), None)
+    if flash_switch:
+        rb.attention_kernel = "flash"
+        rb.notes.append(f"{flash_switch}: FlashAttention in Megatron's own layers (--attention-kernel flash)")
+    elif impl == "local" or backend in ("flash", "unfused", "local"):
         rb.attention_kernel = "flash"
         if backend in ("unfused", "local") or (impl == "local" and backend != "flash"):
             rb.notes.append(f"attention backend '{backend}' / --transformer-impl {impl}: an unfused attention core "
-                            "is slower than the FlashAttention-2 rate predicted")
+                            "is slower than the FlashAttention-2 rate predicted"
+                            + ("; Megatron-DeepSpeed's --use-flash-attn-v2 switches FlashAttention on"
+                               if deepspeed else ""))
     else:
         rb.attention_kernel = "cudnn"
         rb.notes.append("Transformer Engine layers (Megatron's default): predicted with cuDNN fused attention "
                         "(--attention-kernel cudnn)")
+
+
+def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, where: str,
+                        base: Optional[Path]) -> None:
+    """Megatron-DeepSpeed (--deepspeed): ZeRO from DeepSpeed's JSON when it can be read (the engine follows it),
+    else from --zero-stage (its argparse default is 1); DeepSpeed runs the ZeRO-2/3 (Plan.zero_impl), which its
+    pipeline engine refuses (ZeRO-1 only with pipeline parallelism, deepspeed/runtime/pipe/engine.py)."""
+    rb.fmt = "Megatron-DeepSpeed arguments"
+    pp = int(rb.plan.get("pp", 1))
+    if "--no-pipeline-parallel" in switches and pp > 1:
+        raise UserError(f"{where}: --no-pipeline-parallel needs --pipeline-model-parallel-size 1 "
+                        "(Megatron-DeepSpeed's check); drop one")
+    if _int(where, "--ds-sequence-parallel-size", vals.get("--ds-sequence-parallel-size", 1)) != 1:
+        raise UserError(f"{where}: DeepSpeed-Ulysses sequence parallel sizes > 1 are not modelled; set "
+                        "--ds-sequence-parallel-size 1")
+    if "--use-distributed-optimizer" in switches or "--use-torch-fsdp2" in switches:
+        rb.notes.append("--use-distributed-optimizer / --use-torch-fsdp2 are Megatron's own sharding; with "
+                        "--deepspeed the DeepSpeed engine shards (its ZeRO stage is what is predicted)")
+        rb.plan.pop("zero", None)
+        rb.plan.pop("zero_impl", None)
+    stage_arg = vals.get("--zero-stage")
+    stage = _int(where, "--zero-stage", stage_arg) if stage_arg not in (None, "0") else 0 if stage_arg else 1
+    if stage > 3:
+        raise UserError(f"{where}: --zero-stage must be 0..3, got {stage}")
+    cfg = vals.get("--deepspeed_config", vals.get("--deepspeed-config"))
+    ds: Optional[ReadBack] = None
+    if cfg:
+        found = next((p for p in ([Path(cfg)] if Path(cfg).is_absolute() else
+                                  [*([base / cfg] if base is not None else []), Path.cwd() / cfg]) if p.is_file()),
+                     None)
+        if found is None:
+            rb.notes.append(f"DeepSpeed config '{cfg}' not found next to the arguments: ZeRO stage {stage} from "
+                            f"--zero-stage{'' if stage_arg else ' (its default)'}; put the JSON beside the file "
+                            "to read its settings")
+        else:
+            try:
+                data = json.loads(found.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise UserError(f"{where}: cannot read DeepSpeed config '{cfg}': {' '.join(str(exc).split())}") \
+                    from None
+            if not isinstance(data, dict):
+                raise UserError(f"{where}: DeepSpeed config '{cfg}' is not a JSON object")
+            ds = read_deepspeed(data, found.name)
+    if ds is not None:
+        js = int(ds.plan.get("zero", 0))
+        if stage_arg is not None and js != stage:
+            rb.notes.append(f"--zero-stage {stage} but {Path(str(cfg)).name} says stage {js}: DeepSpeed follows "
+                            "the JSON")
+        stage = js
+        for key in ("offload", "zero_reduce_bucket_size", "zero_allgather_bucket_size", "zero_overlap_comm",
+                    "zero_hpz_partition_size"):
+            if key in ds.plan:
+                rb.plan[key] = ds.plan[key]
+        if ds.precision and ds.precision != rb.precision:
+            rb.notes.append(f"{Path(str(cfg)).name} trains {ds.precision}, the arguments {rb.precision}: "
+                            f"predicted as {ds.precision} (DeepSpeed's engine casts the model)")
+            rb.precision = ds.precision
+    elif not cfg:
+        rb.notes.append(f"no --deepspeed_config: ZeRO stage {stage} from --zero-stage"
+                        f"{'' if stage_arg else ' (its default)'}")
+    if stage >= 2 and pp > 1:
+        raise UserError(f"{where}: DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-{stage} with "
+                        f"--pipeline-model-parallel-size {pp}); use ZeRO stage 1 or --no-pipeline-parallel")
+    if stage:
+        rb.plan["zero"] = stage
+        if stage >= 2:
+            rb.plan["zero_impl"] = "deepspeed"
+    if "--cpu-optimizer" in switches and not rb.plan.get("offload"):
+        rb.notes.append("--cpu-optimizer without offload_optimizer in DeepSpeed's JSON: predicted with the "
+                        "optimizer on the GPU")
+    if "--partition-activations" in switches and int(rb.plan.get("tp", 1)) > 1:
+        rb.notes.append("--partition-activations splits the checkpointed inputs over the TP ranks: not modelled "
+                        "(predicted with whole inputs: a little more memory)")
 
 
 def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
@@ -589,7 +700,7 @@ def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:
         raise UserError(f"{path.name}: not valid {suffix[1:].upper()}: {' '.join(str(exc).split())}") from None
     body = " ".join(line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines())
     try:
-        return read_megatron(shlex.split(body), world, path.name)
+        return read_megatron(shlex.split(body), world, path.name, base=path.parent)
     except ValueError as exc:
         if isinstance(exc, UserError):
             raise

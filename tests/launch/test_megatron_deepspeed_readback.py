@@ -1,0 +1,80 @@
+"""`predict --from` on a Megatron-DeepSpeed argument file (microsoft/Megatron-DeepSpeed examples_deepspeed): the
+old --checkpoint-activations switch, the DeepSpeed engine's ZeRO stage (its JSON, else --zero-stage), its pipeline
+engine's ZeRO-1-only rule and Megatron's own layers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuadvisor.errors import UserError
+from gpuadvisor.launch.readback import read_config, read_megatron
+
+# the GPT-3 1.3B example's options (examples_deepspeed/rebase/ds_pretrain_gpt_1.3B.sh), trimmed
+ARGS = ("deepspeed pretrain_gpt.py --tensor-model-parallel-size 2 --init-method-std 0.013 --micro-batch-size 2 "
+        "--global-batch-size 512 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 "
+        "--max-position-embeddings 2048 --lr 2.0e-4 --fp16 --checkpoint-activations --deepspeed "
+        "--deepspeed_config ds_config.json --zero-stage {stage} --pipeline-model-parallel-size {pp} "
+        "--deepspeed-activation-checkpointing")
+
+
+def _ds_config(stage: int, **zero) -> dict:
+    return {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 10,
+            "zero_optimization": {"stage": stage, **zero}, "gradient_clipping": 1.0, "prescale_gradients": False,
+            "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 11}, "wall_clock_breakdown": False}
+
+
+def _read(tmp_path, stage=1, pp=2, json_stage=None, extra="", **zero):
+    (tmp_path / "args.txt").write_text(ARGS.format(stage=stage, pp=pp) + extra)
+    if json_stage is not None:
+        (tmp_path / "ds_config.json").write_text(json.dumps(_ds_config(json_stage, **zero)))
+    return read_config(tmp_path / "args.txt", world=8, global_batch=512)
+
+
+def test_the_example_reads_as_3d_zero1_with_full_recompute(tmp_path):
+    rb = _read(tmp_path, stage=1, pp=2, json_stage=1)
+    assert rb.fmt == "Megatron-DeepSpeed arguments"
+    assert rb.plan == {"dp": 2, "tp": 2, "pp": 2, "mb": 2, "m": 128, "recompute": True, "zero": 1}
+    assert rb.precision == "fp16" and rb.seq_len == 2048
+    # Megatron's own layers, not Transformer Engine's: no cuDNN attention, and the unfused core is said
+    assert rb.attention_kernel == "flash" and any("unfused attention core" in n for n in rb.notes)
+    assert "--checkpoint-activations" not in rb.ignored and "--zero-stage" not in rb.ignored
+
+
+def test_the_json_decides_the_stage_and_brings_its_zero_settings(tmp_path):
+    rb = _read(tmp_path, stage=1, pp=1, json_stage=2, extra=" --no-pipeline-parallel",
+               reduce_bucket_size=5e7, overlap_comm=True)
+    assert rb.plan["zero"] == 2 and rb.plan["zero_impl"] == "deepspeed"      # DeepSpeed shards, beside TP too
+    assert rb.plan["zero_reduce_bucket_size"] == 50_000_000 and rb.plan["zero_overlap_comm"] is True
+    assert any("DeepSpeed follows the JSON" in n for n in rb.notes)
+
+
+def test_without_the_json_the_zero_stage_flag_decides_and_says_so(tmp_path):
+    rb = _read(tmp_path, stage=3, pp=1)
+    assert rb.plan["zero"] == 3 and rb.plan["zero_impl"] == "deepspeed"
+    assert any("not found" in n and "--zero-stage" in n for n in rb.notes)
+    # Megatron-DeepSpeed's argparse default is stage 1
+    rb = read_megatron(["--micro-batch-size", "1", "--deepspeed"], world=8)
+    assert rb.plan["zero"] == 1 and any("its default" in n for n in rb.notes)
+    assert "zero" not in read_megatron(["--deepspeed", "--zero-stage", "0"], world=8).plan
+
+
+@pytest.mark.parametrize("stage, pp, extra, msg", [
+    (2, 2, "", "DeepSpeed's pipeline engine runs ZeRO-1 only"),
+    (1, 2, " --no-pipeline-parallel", "--no-pipeline-parallel needs --pipeline-model-parallel-size 1"),
+    (7, 1, "", "--zero-stage must be 0..3"),
+    (1, 1, " --ds-sequence-parallel-size 2", "Ulysses"),
+])
+def test_what_megatron_deepspeed_refuses_is_a_one_line_error(tmp_path, stage, pp, extra, msg):
+    with pytest.raises(UserError, match=msg) as exc:
+        _read(tmp_path, stage=stage, pp=pp, extra=extra)
+    assert "\n" not in str(exc.value)
+
+
+def test_flash_switch_and_plain_megatron_keep_their_kernels():
+    rb = read_megatron(["--deepspeed", "--use-flash-attn-v2", "--tensor-model-parallel-size", "2"], world=8)
+    assert rb.attention_kernel == "flash" and not any("unfused" in n for n in rb.notes)
+    # Megatron-LM without --deepspeed: Transformer Engine's layers; the old switch still recomputes every layer
+    rb = read_megatron(["--checkpoint-activations", "--zero-stage", "2"], world=8)
+    assert rb.attention_kernel == "cudnn" and rb.plan["recompute"] is True and "zero" not in rb.plan
+    assert any("act only with --deepspeed" in n for n in rb.notes)
