@@ -17,8 +17,8 @@ BASE = ["--tensor-model-parallel-size", "2", "--micro-batch-size", "1", "--globa
     ([], "cudnn", "cuDNN fused attention"),                               # Megatron's defaults: TE, backend auto
     (["--attention-backend", "fused"], "cudnn", "cuDNN fused attention"),
     (["--attention-backend", "flash"], "flash", None),
-    (["--transformer-impl", "local"], "flash", "unfused attention core"),
-    (["--attention-backend", "unfused"], "flash", "unfused attention core"),
+    (["--transformer-impl", "local"], "eager", "unfused attention core"),
+    (["--attention-backend", "unfused"], "eager", "unfused attention core"),
 ])
 def test_megatron_readback_names_the_attention_kernel(extra, kernel, noted):
     rb = read_megatron(BASE + extra, world=8)
@@ -41,6 +41,10 @@ def test_launch_notes_say_which_file_runs_which_attention_on_hopper_only():
     assert len(cudnn) == 1 and "predicted with cuDNN fused attention" in cudnn[0]
     # A100: FlashAttention-2 and cuDNN attention are priced alike (both at the GEMM rate): nothing to say
     assert _notes("dgx-a100-8x", "flash") == [] and _notes("dgx-a100-8x", "cudnn") == []
+    # an unfused core is priced for the user's own stack: no written file runs one, on any GPU
+    for preset in ("dgx-a100-8x", "hgx-h100-8x"):
+        eager = _notes(preset, "eager")
+        assert len(eager) == 1 and "unfused attention core" in eager[0] and "larger micro-batch" in eager[0]
 
 
 @pytest.mark.parametrize("extra, flag", [

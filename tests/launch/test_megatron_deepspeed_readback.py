@@ -37,7 +37,7 @@ def test_the_example_reads_as_3d_zero1_with_full_recompute(tmp_path):
     assert rb.plan == {"dp": 2, "tp": 2, "pp": 2, "mb": 2, "m": 128, "recompute": True, "zero": 1}
     assert rb.precision == "fp16" and rb.seq_len == 2048
     # Megatron's own layers, not Transformer Engine's: no cuDNN attention, and the unfused core is said
-    assert rb.attention_kernel == "flash" and any("unfused attention core" in n for n in rb.notes)
+    assert rb.attention_kernel == "eager" and any("unfused attention core" in n for n in rb.notes)
     assert "--checkpoint-activations" not in rb.ignored and "--zero-stage" not in rb.ignored
 
 

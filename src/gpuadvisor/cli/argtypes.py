@@ -13,9 +13,11 @@ from typing import Callable, NoReturn, Optional
 
 from .. import exitcodes
 
-ATTENTION_HELP = ("fused attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA "
+ATTENTION_HELP = ("attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA "
                   "(bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN "
-                  "attention and layers (Megatron-Core, NeMo; their smaller stored activations too)")
+                  "attention and layers (Megatron-Core, NeMo; their smaller stored activations too), eager = an "
+                  "unfused core that stores the s x s scores (HF attn_implementation='eager', Megatron-DeepSpeed "
+                  "without --use-flash-attn-v2)")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -557,6 +557,11 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
                                      + fs["core"] / core_rate)
     traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
     t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
+    fwd_b, bwd_b = ctx.score_traffic
+    if bwd_b:
+        # an unfused attention core moves its b·(a/tp)·s² scores through HBM pass by pass
+        # (compute.unfused_attention_bytes); a recomputing layer replays the forward passes
+        t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc) + bwd_b) / ctx.mem_bw
     if ctx.fp8_weight_cast:
         # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
         t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw

@@ -225,12 +225,17 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
 
     megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
     other file runs PyTorch's FlashAttention-2 (SDPA). On GPUs where the calibration prices them alike (A100: both at
-    the GEMM rate) nothing is said."""
+    the GEMM rate) nothing is said. A plan priced with an unfused core ("eager") is always noted: no file runs one."""
     from ..costmodel.calibration import gemm_curve
     from . import megatron as _megatron
 
     if workload.model.kind != "transformer" or device.kind != "gpu":
         return []
+    if workload.training.attention_kernel == "eager":
+        return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
+                "memory, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
+                "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "
+                "allow a larger micro-batch than this plan"]
     curve = gemm_curve(device.name, device.spec_key)
     if curve.attn_rel == curve.attn_rel_cudnn:
         return []

@@ -549,8 +549,9 @@ def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     it supports the shape): cudnn, unless the local implementation or the flash backend is asked for. Values
     outside Megatron's choices are one-line errors, as Megatron's argparse makes them.
 
-    Megatron-DeepSpeed (--deepspeed) builds Megatron's own layers (--transformer-impl local is its default) with an
-    unfused attention core unless one of its --use-flash-attn switches is given: priced as FlashAttention-2."""
+    Megatron's own layers (--transformer-impl local) and the unfused/local backends run an unfused core (attention
+    kernel "eager"). Megatron-DeepSpeed (--deepspeed) builds Megatron's own layers by default, unfused unless one of
+    its --use-flash-attn switches is given (then FlashAttention-2)."""
     deepspeed = "--deepspeed" in switches
     impl = vals.get("--transformer-impl", "local" if deepspeed else "transformer_engine")
     backend = vals.get("--attention-backend", "auto")
@@ -563,13 +564,14 @@ def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     if flash_switch:
         rb.attention_kernel = "flash"
         rb.notes.append(f"{flash_switch}: FlashAttention in Megatron's own layers (--attention-kernel flash)")
-    elif impl == "local" or backend in ("flash", "unfused", "local"):
+    elif backend in ("unfused", "local") or (impl == "local" and backend != "flash"):
+        rb.attention_kernel = "eager"
+        rb.notes.append(f"attention backend '{backend}' / --transformer-impl {impl}: an unfused attention core, "
+                        "predicted so (--attention-kernel eager: the s x s scores stored and moved through memory)"
+                        + ("; Megatron-DeepSpeed's --use-flash-attn-v2 switches FlashAttention on"
+                           if deepspeed else ""))
+    elif impl == "local" or backend == "flash":
         rb.attention_kernel = "flash"
-        if backend in ("unfused", "local") or (impl == "local" and backend != "flash"):
-            rb.notes.append(f"attention backend '{backend}' / --transformer-impl {impl}: an unfused attention core "
-                            "is slower than the FlashAttention-2 rate predicted"
-                            + ("; Megatron-DeepSpeed's --use-flash-attn-v2 switches FlashAttention on"
-                               if deepspeed else ""))
     else:
         rb.attention_kernel = "cudnn"
         rb.notes.append("Transformer Engine layers (Megatron's default): predicted with cuDNN fused attention "

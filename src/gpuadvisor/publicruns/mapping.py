@@ -110,6 +110,10 @@ SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORE
 #: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). Megatron-DeepSpeed
 #: and the PyTorch stacks run FlashAttention-2 / SDPA.
 TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
+#: Megatron-DeepSpeed builds Megatron's own layers, whose attention core is unfused (materialised scores) unless the
+#: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"
+UNFUSED_FRAMEWORKS = re.compile(r"megatron-deepspeed", re.IGNORECASE)
+FLASH_SOFTWARE = re.compile(r"flash", re.IGNORECASE)
 
 
 class RunInputs(NamedTuple):
@@ -557,9 +561,13 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         raise Unsupported(*reasons)
     assert cluster is not None  # built whenever no reason was recorded
     plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes)
-    kernel = "cudnn" if TE_FRAMEWORKS.search(run.framework) else "flash"
+    kernel = ("cudnn" if TE_FRAMEWORKS.search(run.framework) else
+              "eager" if UNFUSED_FRAMEWORKS.search(run.framework) and not FLASH_SOFTWARE.search(run.software or "")
+              else "flash")
     if kernel == "cudnn":
         notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
+    elif kernel == "eager":
+        notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
                                 attention_kernel=kernel)
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

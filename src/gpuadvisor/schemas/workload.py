@@ -16,7 +16,7 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: The attention kernel the training stack runs: "flash" is FlashAttention-2 (PyTorch SDPA's default fused kernel
 #: on GPUs, flash-attn 2, Hugging Face, DeepSpeed, torchtitan, the bundled trainers); "cudnn" is cuDNN's fused
 #: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell).
-AttentionKernel = Literal["flash", "cudnn"]
+AttentionKernel = Literal["flash", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 
 
@@ -161,10 +161,13 @@ class TrainingSettings(Frozen):
     seq_len: int = Field(1024, description="Tokens per sequence (ignored for generic models)")
     global_batch: int = Field(8, description="Sequences (or samples) per optimizer step, all ranks together")
     precision: Precision = "bf16"
-    attention_kernel: AttentionKernel = Field("flash", description="Fused attention kernel of the training stack: "
-                                              "flash (FlashAttention-2, PyTorch SDPA; eager PyTorch layers) or "
+    attention_kernel: AttentionKernel = Field("flash", description="Attention kernel of the training stack: "
+                                              "flash (FlashAttention-2, PyTorch SDPA; eager PyTorch layers), "
                                               "cudnn (Transformer Engine layers, whose stored activations and FP8 "
-                                              "weight caches are priced too)")
+                                              "weight caches are priced too) or eager (an unfused core that "
+                                              "materialises the s x s scores: HF attn_implementation='eager', "
+                                              "Megatron's local layers, Megatron-DeepSpeed without "
+                                              "--use-flash-attn)")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

@@ -112,9 +112,14 @@ def refuse_fp8(precision: str, command: str) -> None:
 
 
 def refuse_unmeasurable(precision: str, attention_kernel: str, command: str) -> None:
-    """`refuse_fp8`, and the same for `attention_kernel` "cudnn": the bundled trainers run PyTorch's SDPA
-    (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention."""
+    """`refuse_fp8`, and the same for `attention_kernel` "cudnn" and "eager": the bundled trainers run PyTorch's SDPA
+    (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention or an
+    unfused core's slower one."""
     refuse_fp8(precision, command)
+    if attention_kernel == "eager":
+        raise UserError(f"{command}: --attention-kernel eager cannot be measured by the bundled trainers, which run "
+                        "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "
+                        "your own stack's unfused attention with `gpuadvisor predict --from` on its config")
     if attention_kernel == "cudnn":
         raise UserError(f"{command}: --attention-kernel cudnn cannot be measured by the bundled trainers, which run "
                         "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "

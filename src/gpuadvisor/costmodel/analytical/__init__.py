@@ -61,6 +61,11 @@ class Context:
         self.w_half = curve.w_half
         # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2 or cuDNN's
         self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
+        # an unfused core ("eager") runs Q·Kᵀ and P·V as cuBLAS batched GEMMs (the GEMM rate) and moves the
+        # materialised scores through HBM in between (score_traffic, set with the model shape below)
+        self.eager_attention = t.attention_kernel == "eager"
+        if self.eager_attention:
+            self.attn_rel = 1.0
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
@@ -138,7 +143,11 @@ class Context:
             self.tied = bool(m.tied_embeddings)
             self.layer_fpt = K.layer_flops_per_token(m, self.s)
             self.head_fpt = K.head_flops_per_token(m)
-            self.fused_attention = dev.kind == "gpu"
+            # fused kernels (FlashAttention, SDPA, cuDNN) keep no s x s scores; an unfused core (and CPU ranks)
+            # stores them, and on GPUs its score passes are HBM traffic (compute.unfused_attention_bytes)
+            self.fused_attention = dev.kind == "gpu" and not self.eager_attention
+            self.score_traffic = ((0.0, 0.0) if self.fused_attention or dev.kind != "gpu" else
+                                  K.unfused_attention_bytes(self.act_bytes, bool(self.shape.dropout)))
             # each GEMM kind's width before TP (engine._compute sizes them; flops_split in _finetune)
             self.q_width = float(self.shape.q_dim)
             self.mlp_width = float((self.shape.expert_d_ff if self.shape.moe else self.shape.d_ff)
@@ -163,6 +172,7 @@ class Context:
             self.fps = float(m.flops_per_sample or 0.0)
             self.act_per_sample = float(m.activation_bytes_per_sample or 0.0)
             self.fused_attention = True
+            self.score_traffic = (0.0, 0.0)
             self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6

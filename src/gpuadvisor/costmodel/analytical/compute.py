@@ -167,6 +167,23 @@ def elementwise_time_s(tokens: int, layers: float, d_model: int, act_bytes: int,
     return tokens * layers * traffic_per_h * d_model * act_bytes / divide_by / mem_bw_bytes_per_s
 
 
+def unfused_attention_bytes(act_bytes: int, dropout: bool) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per attention-score element of an unfused attention core (one head, one query,
+    one key), which materialises the b·a·s² scores between its two batched GEMMs.
+
+    Forward: Q·Kᵀ writes the scores (e); the fused scale-mask-softmax reads them and writes the probabilities (2e;
+    Megatron's ScaledUpperTriangMaskedSoftmax, one kernel); attention dropout reads them and writes its output and
+    a 1-byte mask (2e + 1); P·V reads its input (e). Backward: P·V's backward writes dP (e) and reads P for dV (e);
+    dropout's backward reads dP and the mask and writes (2e + 1); softmax's backward reads P and dP and writes dS
+    (3e); Q·Kᵀ's backward reads dS for dQ and for dK (2e). Without dropout the probabilities feed P·V directly:
+    4e forward, 7e backward. bf16 with dropout: 13 + 19 = 32 bytes per element.
+    """
+    e = float(act_bytes)
+    if dropout:
+        return 6.0 * e + 1.0, 9.0 * e + 1.0
+    return 4.0 * e, 7.0 * e
+
+
 def launch_time_s(layers: float, kernels_per_layer: float, launch_us: float) -> float:
     """Kernel-launch floor of one micro-batch: layers × kernels per layer × launch latency."""
     return layers * kernels_per_layer * launch_us * 1e-6

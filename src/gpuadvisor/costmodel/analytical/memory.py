@@ -98,7 +98,9 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
         split -= lin * f
     if shape.moe:
         replicated += e * shape.experts_per_token * d + 4.0 * shape.n_experts
-    scores = shape.n_heads * (2 * e + mask)  # softmax output, dropout output, dropout mask
+    # an unfused core's scores per key: the softmax output (kept for its backward and, without dropout, as P·V's
+    # input), and with dropout its output (P·V's input) and 1-byte mask
+    scores = shape.n_heads * (e + mask * (e + 1.0))
     return ActivationTerms(replicated, split, scores)
 
 
@@ -115,7 +117,8 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     With `shape` (`workload.shapes.layer_shape(m)`) the same derivation is redone tensor by tensor for the
     model's widths (`activation_terms`): GQA's narrower K/V, a gated MLP's 4 stored f-wide tensors (3 with
     Transformer Engine), MoE top-k copies, no dropout masks for Llama-style families. The 5·a·s/h term (scores,
-    softmax, dropout mask) vanishes with fused/flash attention (SDPA), assumed on modern GPUs. b, tp, sp and
+    softmax, dropout mask) vanishes with fused attention (FlashAttention, SDPA, cuDNN: attention_kernel flash or
+    cudnn on a GPU); attention_kernel "eager" (an unfused core) and CPU ranks keep it. b, tp, sp and
     recompute may be NumPy arrays (element-wise, same result as scalar calls). `frozen`, `te` and `fp8`: see
     `activation_terms` (they need `shape`).
     """

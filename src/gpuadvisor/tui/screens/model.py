@@ -18,7 +18,8 @@ from .base import StepScreen
 
 #: Attention kernels: (label, TrainingSettings.attention_kernel) — docs/cost-model.md "FP8 training and the
 #: attention kernel".
-KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"))
+KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"),
+           ("unfused (HF eager, Megatron-DeepSpeed)", "eager"))
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
