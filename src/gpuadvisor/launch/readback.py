@@ -130,6 +130,18 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     return rb
 
 
+def _deepspeed_file(path: Path, what: str) -> ReadBack:
+    """The DeepSpeed JSON another config names (Accelerate's deepspeed_config_file, Megatron-DeepSpeed's
+    --deepspeed_config) -> ReadBack; unreadable, not JSON or not an object is one line naming it as `what`."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UserError(f"{what}: cannot read it: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what}: a DeepSpeed config is a JSON object")
+    return read_deepspeed(data, path.name)
+
+
 # --- torchtitan (torchtitan/config/job_config.py, commit 000204a4) ------------------------------------------
 _TT_SECTIONS = {"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training", "parallelism",
                 "checkpoint", "activation_checkpoint", "float8", "mx", "comm", "memory_estimation", "fault_tolerance",
@@ -310,10 +322,7 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
     mp = str(data.get("mixed_precision", "no"))
     if kind == "DEEPSPEED" and ds.get("deepspeed_config_file"):
         path = (base / ds["deepspeed_config_file"])
-        try:
-            rb = read_deepspeed(json.loads(path.read_text(encoding="utf-8")), path.name)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{where}: cannot read deepspeed_config_file '{path}': {exc}") from None
+        rb = _deepspeed_file(path, f"{where}: deepspeed_config_file '{path}'")
         rb.fmt = "Accelerate YAML (DeepSpeed plugin)"
         if mp == "fp8":  # the file's bf16 section is the engine's; accelerate swaps the Linears for FP8 ones
             rb.precision = "fp8"
@@ -597,45 +606,40 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
         rb.plan.pop("zero", None)
         rb.plan.pop("zero_impl", None)
     stage_arg = vals.get("--zero-stage")
-    stage = _int(where, "--zero-stage", stage_arg) if stage_arg not in (None, "0") else 0 if stage_arg else 1
-    if stage > 3:
-        raise UserError(f"{where}: --zero-stage must be 0..3, got {stage}")
+    if stage_arg not in (None, "0", "1", "2", "3"):
+        raise UserError(f"{where}: --zero-stage must be 0..3, got {stage_arg!r}")
+    stage = 1 if stage_arg is None else int(stage_arg)
+    from_flag = f"ZeRO stage {stage} from --zero-stage{'' if stage_arg else ' (its default)'}"
     cfg = vals.get("--deepspeed_config", vals.get("--deepspeed-config"))
-    ds: Optional[ReadBack] = None
-    if cfg:
-        found = next((p for p in ([Path(cfg)] if Path(cfg).is_absolute() else
-                                  [*([base / cfg] if base is not None else []), Path.cwd() / cfg]) if p.is_file()),
-                     None)
-        if found is None:
-            rb.notes.append(f"DeepSpeed config '{cfg}' not found next to the arguments: ZeRO stage {stage} from "
-                            f"--zero-stage{'' if stage_arg else ' (its default)'}; put the JSON beside the file "
-                            "to read its settings")
-        else:
-            try:
-                data = json.loads(found.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError) as exc:
-                raise UserError(f"{where}: cannot read DeepSpeed config '{cfg}': {' '.join(str(exc).split())}") \
-                    from None
-            if not isinstance(data, dict):
-                raise UserError(f"{where}: DeepSpeed config '{cfg}' is not a JSON object")
-            ds = read_deepspeed(data, found.name)
-    if ds is not None:
-        js = int(ds.plan.get("zero", 0))
-        if stage_arg is not None and js != stage:
-            rb.notes.append(f"--zero-stage {stage} but {Path(str(cfg)).name} says stage {js}: DeepSpeed follows "
-                            "the JSON")
-        stage = js
-        for key in ("offload", "zero_reduce_bucket_size", "zero_allgather_bucket_size", "zero_overlap_comm",
-                    "zero_hpz_partition_size"):
-            if key in ds.plan:
-                rb.plan[key] = ds.plan[key]
-        if ds.precision and ds.precision != rb.precision:
-            rb.notes.append(f"{Path(str(cfg)).name} trains {ds.precision}, the arguments {rb.precision}: "
-                            f"predicted as {ds.precision} (DeepSpeed's engine casts the model)")
-            rb.precision = ds.precision
-    elif not cfg:
-        rb.notes.append(f"no --deepspeed_config: ZeRO stage {stage} from --zero-stage"
-                        f"{'' if stage_arg else ' (its default)'}")
+    if not cfg:
+        rb.notes.append(f"no --deepspeed_config: {from_flag}")
+        _deepspeed_stage(stage, pp, switches, rb, where)
+        return
+    path = Path(cfg)
+    places = [path] if path.is_absolute() else [folder / path for folder in (base, Path.cwd()) if folder is not None]
+    found = next((p for p in places if p.is_file()), None)
+    if found is None:
+        rb.notes.append(f"DeepSpeed config '{cfg}' not found next to the arguments: {from_flag}; put the JSON "
+                        "beside the file to read its settings")
+        _deepspeed_stage(stage, pp, switches, rb, where)
+        return
+    ds = _deepspeed_file(found, f"{where}: DeepSpeed config '{cfg}'")
+    js = int(ds.plan.get("zero", 0))
+    if stage_arg is not None and js != stage:
+        rb.notes.append(f"--zero-stage {stage} but {found.name} says stage {js}: DeepSpeed follows the JSON")
+    for key in ("offload", "zero_reduce_bucket_size", "zero_allgather_bucket_size", "zero_overlap_comm",
+                "zero_hpz_partition_size"):
+        if key in ds.plan:
+            rb.plan[key] = ds.plan[key]
+    if ds.precision and ds.precision != rb.precision:
+        rb.notes.append(f"{found.name} trains {ds.precision}, the arguments {rb.precision}: predicted as "
+                        f"{ds.precision} (DeepSpeed's engine casts the model)")
+        rb.precision = ds.precision
+    _deepspeed_stage(js, pp, switches, rb, where)
+
+
+def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, where: str) -> None:
+    """The ZeRO stage DeepSpeed's engine runs, into the plan, and what Megatron-DeepSpeed leaves unmodelled."""
     if stage >= 2 and pp > 1:
         raise UserError(f"{where}: DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-{stage} with "
                         f"--pipeline-model-parallel-size {pp}); use ZeRO stage 1 or --no-pipeline-parallel")

@@ -107,8 +107,8 @@ TORCHTITAN_SELECTIVE = ("torchtitan 'selective' with no option: the train config
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
-#: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). Megatron-DeepSpeed
-#: and the PyTorch stacks run FlashAttention-2 / SDPA.
+#: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). The PyTorch stacks
+#: run FlashAttention-2 / SDPA; Megatron-DeepSpeed below.
 TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
 #: Megatron-DeepSpeed builds Megatron's own layers, whose attention core is unfused (materialised scores) unless the
 #: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"

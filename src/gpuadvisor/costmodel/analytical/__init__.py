@@ -63,8 +63,8 @@ class Context:
         self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
         # an unfused core ("eager") runs Q·Kᵀ and P·V as cuBLAS batched GEMMs (the GEMM rate) and moves the
         # materialised scores through HBM in between (score_traffic, set with the model shape below)
-        self.eager_attention = t.attention_kernel == "eager"
-        if self.eager_attention:
+        eager = t.attention_kernel == "eager"
+        if eager:
             self.attn_rel = 1.0
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
@@ -145,9 +145,9 @@ class Context:
             self.head_fpt = K.head_flops_per_token(m)
             # fused kernels (FlashAttention, SDPA, cuDNN) keep no s x s scores; an unfused core (and CPU ranks)
             # stores them, and on GPUs its score passes are HBM traffic (compute.unfused_attention_bytes)
-            self.fused_attention = dev.kind == "gpu" and not self.eager_attention
-            self.score_traffic = ((0.0, 0.0) if self.fused_attention or dev.kind != "gpu" else
-                                  K.unfused_attention_bytes(self.act_bytes, bool(self.shape.dropout)))
+            self.fused_attention = dev.kind == "gpu" and not eager
+            self.score_traffic = (K.unfused_attention_bytes(self.act_bytes, bool(self.shape.dropout))
+                                  if dev.kind == "gpu" and eager else (0.0, 0.0))
             # each GEMM kind's width before TP (engine._compute sizes them; flops_split in _finetune)
             self.q_width = float(self.shape.q_dim)
             self.mlp_width = float((self.shape.expert_d_ff if self.shape.moe else self.shape.d_ff)
