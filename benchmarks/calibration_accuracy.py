@@ -32,15 +32,16 @@ def _pct(frac: Optional[float]) -> str:
 
 
 def render_sources(table: dict[str, dict], loso: Optional[dict[str, Optional[float]]]) -> str:
-    head = (f"{'source':34} {'rows':>4} {'used':>4} {'skip':>4} {'OOM':>4} {'MAPE%':>7} {'pred/meas':>9} "
-            f"{'groups':>6} {'tau med':>7} {'tau>=.8':>7} {'regret max%':>11} {'regret med%':>11} "
+    head = (f"{'source':34} {'rows':>4} {'used':>4} {'skip':>4} {'OOM':>4} {'MAPE%':>7} {'+OOM%':>6} "
+            f"{'pred/meas':>9} {'groups':>6} {'tau med':>7} {'tau>=.8':>7} {'regret max%':>11} {'regret med%':>11} "
             f"{'scal.grp':>8} {'scal.tau':>8} {'retention':>9}")
     if loso is not None:
         head += f" {'LOSO MAPE%':>10}"
     lines = [head, "-" * len(head)]
     for sid, s in table.items():
         line = (f"{sid[:34]:34} {s['rows']:>4} {s['used']:>4} {s['skipped']:>4} {s['predicted_oom']:>4} "
-                f"{_f(s['mape_pct']):>7} {_f(s['median_ratio'], '{:.2f}'):>9} {s['groups']:>6} "
+                f"{_f(s['mape_pct']):>7} {_f(s['mape_all_pct']):>6} {_f(s['median_ratio'], '{:.2f}'):>9} "
+                f"{s['groups']:>6} "
                 f"{_f(s['tau_median'], '{:.2f}'):>7} {_pct(s['tau_good_frac']):>7} "
                 f"{_f(s['regret_max_pct']):>11} {_f(s['regret_median_pct']):>11} {s['scaling_groups']:>8} "
                 f"{_f(s['scaling_tau_median'], '{:.2f}'):>8} {_f(s['retention_ratio_median'], '{:.2f}'):>9}")
@@ -67,10 +68,11 @@ def render_worst(rows) -> str:
 
 
 def render_oom(rows) -> str:
-    lines = [f"{'row':24} {'model':24} {'GPUs':>5} {'pred GiB':>8} {'usable GiB':>10} {'measured GiB':>12}  plan"]
+    lines = [f"{'row':24} {'model':24} {'GPUs':>5} {'pred GiB':>8} {'usable GiB':>10} {'measured GiB':>12} "
+             f"{'time ratio':>10}  plan"]
     for o in rows:
         lines.append(f"{o.run.ref:24} {o.run.model_name[:24]:24} {o.run.gpus:>5} {_f(o.predicted_mem_gib):>8} "
-                     f"{_f(o.capacity_gib):>10} {_f(o.run.mem_gib):>12}  {o.plan}")
+                     f"{_f(o.capacity_gib):>10} {_f(o.run.mem_gib):>12} {_f(o.ratio, '{:.2f}'):>10}  {o.plan}")
     return "\n".join(lines)
 
 
@@ -113,7 +115,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     bad = worst(outcomes, args.worst)
 
     print(f"Cost model vs public measured runs ({len(runs)} rows; approximations: {', '.join(approx) or 'none'})")
-    print(f"MAPE over rows with a predicted time; OOM = measured runs the model calls out of memory. Groups: "
+    print(f"MAPE over rows the model says fit; OOM = measured runs the model calls out of memory; +OOM% = MAPE "
+          f"with those rows too (their time as if they fit). Groups: "
           f"same {', '.join(GROUP_FIELDS)} with >= {MIN_GROUP} rows; tau = Kendall tau-b of step times, "
           f"tau>=.8 = share of groups with tau >= {TAU_GOOD}; regret = measured time of the predicted-best config "
           f"/ measured best - 1. Scaling groups: same {', '.join(SCALING_FIELDS)} at >= 2 GPU counts; "

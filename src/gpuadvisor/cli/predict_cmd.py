@@ -124,7 +124,8 @@ def render_estimate(est, cluster_name: str, model_name: str) -> str:
     s, m = est.step, est.memory
     lines = [f"{model_name} on {cluster_name}: {est.plan.to_string()}  [{est.plan.strategy}]",
              f"  {'feasible' if est.feasible else 'INFEASIBLE: ' + str(est.infeasible_reason)}",
-             f"  step {est.step_time_s * 1e3:.1f} ms, {est.tokens_per_s:,.0f} tokens/s, {est.samples_per_s:,.2f} samples/s"
+             f"  {'' if est.feasible else 'if it fit: '}step {est.step_time_s * 1e3:.1f} ms, "
+             f"{est.tokens_per_s:,.0f} tokens/s, {est.samples_per_s:,.2f} samples/s"
              + (f", scaling efficiency {est.scaling_efficiency:.2f}" if est.scaling_efficiency else ""),
              "  step breakdown (s):",
              f"    compute {s.compute_s:.4f}  bubble {s.bubble_s:.4f}  offload {s.offload_s:.4f}  "

@@ -51,7 +51,7 @@ def single_device_best(ctx: Context) -> Optional[float]:
     plans = [Plan(micro_batch_size=mb, num_micro_batches=gb // mb, recompute=rc, nodes=1, devices_per_node=1)
              for mb in _single_micro_batches(gb) for rc in (False, True)]
     b = evaluate_batch([plan_row(p) for p in plans], ctx, rules=())
-    tps = b.unbounded_tps[np.isfinite(b.unbounded_tps)]
+    tps = b.analytical_tps[np.isfinite(b.analytical_tps)]  # device memory set aside
     best = float(tps.max()) if len(tps) else 0.0
     ctx.single_best_tps = best
     return best or None

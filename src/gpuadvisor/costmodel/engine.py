@@ -125,7 +125,6 @@ class Batch:
         self.reason = np.zeros(n, dtype=np.int64)
         self.forbid: list[Optional[str]] = [None] * n
         self.mem_total = self.step_s = self.tps = self.analytical_tps = z
-        self.unbounded_tps = z  # analytical tokens/s with device memory set aside (scaling baselines)
         self.factor = np.ones(n)
         self.memory_fraction = z
         self.parts: dict[str, np.ndarray] = {}
@@ -159,9 +158,6 @@ class Batch:
         e.memory_fraction = float(self.memory_fraction[i])
         e.mem = MemoryParts(**{k: float(v[i]) for k, v in self.parts.items()})
         e.rules = [r for r, hit in self.hits if hit[i]]
-        if not e.feasible and not self.forbid[i]:
-            e.step_s, e.tps, e.analytical_tps, e.compute_s = float("inf"), 0.0, 0.0, 0.0
-            return e
         e.compute_s = float(self.times["compute"][i])
         e.bubble_s, e.offload_s = float(self.times["bubble"][i]), float(self.times["offload"][i])
         e.optimizer_s, e.overhead_s = float(self.times["optimizer"][i]), float(self.times["overhead"][i])
@@ -321,8 +317,9 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
                (np.full(len(a), "host", dtype=object), host_bytes)]
     b.nic_bytes = (g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
                    + m * ep_nic)
-    b.analytical_tps = np.where(ok, tps, 0.0)
-    b.unbounded_tps = tps
+    # every row keeps its time: a plan over memory (or forbidden by a rule) says how fast it would run if it fit
+    # (predict reports both; ranking and confirm take feasible rows only)
+    b.analytical_tps = tps
 
     # ---- rules (rules.py): penalties scale throughput, forbid makes a plan infeasible ----
     rules = load_rules() if rules is None else rules
@@ -339,8 +336,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
                     if b.forbid[i] is None:
                         b.forbid[i] = f"forbidden by rule: {r.message}"
     b.factor = factor
-    b.step_s = np.where(ok, step_s / factor, np.inf)
-    b.tps = np.where(ok, tps * factor, 0.0)
+    b.step_s = step_s / factor
+    b.tps = tps * factor
     b.feasible = ok & np.array([f is None for f in b.forbid], dtype=bool)
     return b
 

@@ -27,7 +27,8 @@ SCALING_FIELDS = ("source_id", "model_name", "gpu", "seq_len", "precision")
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """One run: skipped (reasons), or predicted (seconds per step; inf where the model says it does not fit)."""
+    """One run: skipped (reasons), or predicted (seconds per step, also where the model says it does not fit:
+    infeasible_reason says so)."""
 
     run: PublicRun
     reasons: tuple[str, ...] = ()
@@ -44,7 +45,13 @@ class Outcome:
 
     @property
     def timed(self) -> bool:
-        """Predicted with a finite step time (the model thinks it fits)."""
+        """Predicted with a finite step time and the model thinks it fits."""
+        return self.used and self.infeasible_reason is None and self.predicted_s is not None \
+            and math.isfinite(self.predicted_s)
+
+    @property
+    def priced(self) -> bool:
+        """Predicted with a finite step time, fitting or not (the time it would take if it fit)."""
         return self.used and self.predicted_s is not None and math.isfinite(self.predicted_s)
 
     @property
@@ -121,7 +128,7 @@ def scaling_scores(group: list[Outcome]) -> tuple[Optional[float], Optional[floa
     1.0 means the model loses per-GPU throughput with scale exactly as measured. None where one is OOM.
     """
     meas = [_tokens_per_gpu(o, o.measured_s) for o in group]
-    pred = [_tokens_per_gpu(o, o.predicted_s) for o in group]
+    pred = [_tokens_per_gpu(o, o.predicted_s if o.timed else None) for o in group]
     tau = kendall_tau(meas, pred)
     lo, hi = min(o.run.gpus or 0 for o in group), max(o.run.gpus or 0 for o in group)
     pick_lo = max((i for i, o in enumerate(group) if o.run.gpus == lo), key=lambda i: meas[i])
@@ -146,6 +153,7 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
     """Coverage and accuracy figures of a set of outcomes (one source, or all)."""
     used = [o for o in outcomes if o.used]
     timed = [o for o in used if o.timed]
+    priced = [o for o in used if o.priced]
     reasons: collections.Counter = collections.Counter(r for o in outcomes for r in o.reasons)
     scores = [group_scores(g) for g in _groups(outcomes)]
     taus = [t for t, _ in scores if t is not None]
@@ -158,6 +166,8 @@ def summarize(outcomes: list[Outcome], top_reasons: int = 3) -> dict:
         "predicted_oom": len(used) - len(timed),
         "mape_pct": mape([o.measured_s for o in timed], [o.predicted for o in timed]) if timed else None,
         "median_ratio": statistics.median(o.ratio for o in timed) if timed else None,
+        # the step time of every measured run, the ones the model calls out of memory included (they ran)
+        "mape_all_pct": mape([o.measured_s for o in priced], [o.predicted for o in priced]) if priced else None,
         "groups": len(scores), "tau_median": statistics.median(taus) if taus else None,
         "tau_good_frac": sum(t >= TAU_GOOD for t in taus) / len(taus) if taus else None,
         "regret_max_pct": 100 * max(regrets) if regrets else None,

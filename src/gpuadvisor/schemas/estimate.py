@@ -60,8 +60,10 @@ class Estimate(Frozen):
     plan: Plan
     feasible: bool
     infeasible_reason: Optional[str] = None
-    step_time_s: float
-    tokens_per_s: float = Field(description="Tokens (or samples, for generic models) per second, whole job")
+    step_time_s: float = Field(description="Seconds per optimizer step; where the plan does not fit (feasible "
+                                           "false), the time it would take if it did")
+    tokens_per_s: float = Field(description="Tokens (or samples, for generic models) per second, whole job (as "
+                                            "step_time_s where the plan does not fit)")
     samples_per_s: float
     step: StepBreakdown
     memory: MemoryBreakdown
