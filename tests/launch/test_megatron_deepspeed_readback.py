@@ -78,3 +78,25 @@ def test_flash_switch_and_plain_megatron_keep_their_kernels():
     rb = read_megatron(["--checkpoint-activations", "--zero-stage", "2"], world=8)
     assert rb.attention_kernel == "cudnn" and rb.plan["recompute"] is True and "zero" not in rb.plan
     assert any("act only with --deepspeed" in n for n in rb.notes)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_selective_recompute_checkpoints_the_unfused_core_only(tmp_path, flash):
+    """--recompute-granularity selective: Megatron-DeepSpeed checkpoints the attention core on its unfused path
+    (ParallelAttention.forward's checkpoint_core_attention); its flash path runs the kernel as is."""
+    text = ARGS.format(stage=1, pp=1).replace("--checkpoint-activations", "--recompute-granularity selective")
+    (tmp_path / "args.txt").write_text(text + (" --use-flash-attn-v2" if flash else ""))
+    rb = read_config(tmp_path / "args.txt", world=8, global_batch=512)
+    assert "recompute" not in rb.plan
+    assert rb.plan.get("recompute_attention", False) is (not flash)
+    assert rb.attention_kernel == ("flash" if flash else "eager")
+    assert any("does not checkpoint the core" in n for n in rb.notes) is flash
+
+
+def test_recompute_modules_other_than_the_core_are_said():
+    rb = read_megatron(["--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp",
+                        "--bf16"], world=8)
+    assert rb.plan["recompute_attention"] is True
+    assert any("--recompute-modules mlp" in n for n in rb.notes)
+    rb = read_megatron(["--recompute-granularity", "selective", "--recompute-modules", "mlp"], world=8)
+    assert "recompute_attention" not in rb.plan

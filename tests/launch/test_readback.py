@@ -16,7 +16,8 @@ from gpuadvisor.workload.specs import make_workload
 PRESET = "a6000-4x-pcie"
 ROUND_TRIP = ["dp=4,mb=2,m=2", "dp=4,zero=1,mb=1,m=4", "dp=4,zero=3,offload=true,mb=2,m=2",
               "dp=2,pp=2,mb=1,m=4", "dp=2,tp=2,mb=2,m=2,recompute=true",
-              "dp=2,pp=2,mb=1,m=4,recompute=true,recompute_interval=2", "dp=4,zero=3,mb=2,m=2,recompute=true,recompute_interval=3"]
+              "dp=2,pp=2,mb=1,m=4,recompute=true,recompute_interval=2", "dp=4,zero=3,mb=2,m=2,recompute=true,recompute_interval=3",
+              "dp=2,tp=2,mb=2,m=2,recompute=selective"]
 FIELDS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches")
 
 
@@ -52,6 +53,9 @@ def test_round_trip(tmp_path, spec, name):
     # Accelerate (transformers' gradient checkpointing) is every layer or none
     if name in ("torchtitan.toml", "megatron_args.txt"):
         assert got.recompute_interval == plan.recompute_interval
+    # the attention core's selective recompute: Megatron's --recompute-granularity selective (no other file has it)
+    if name == "megatron_args.txt":
+        assert got.recompute_attention == plan.recompute_attention
 
 
 @pytest.mark.parametrize("fname,text,key", [

@@ -23,6 +23,7 @@ TWO_RANK = {
     "dp_accum_recompute": job(dp=2, num_micro_batches=2, recompute=True),
     "tp": job(tp=2),
     "tp_sp_recompute": job(tp=2, sequence_parallel=True, recompute=True),
+    "pp_1f1b_recompute_attention": job(pp=2, num_micro_batches=2, pp_schedule="1f1b", recompute_attention=True),
     "pp_gpipe_recompute": job(pp=2, num_micro_batches=2, pp_schedule="gpipe", recompute=True),
     "pp_1f1b": job(pp=2, num_micro_batches=4, pp_schedule="1f1b"),
     "pp_1f1b_fewer_microbatches_than_stages": job(pp=2, num_micro_batches=1, pp_schedule="1f1b"),

@@ -62,6 +62,25 @@ def test_tied_model_refuses_pipeline_split_and_recompute_matches():
     assert all(torch.allclose(p.grad, q.grad, atol=1e-6) for p, q in zip(plain.parameters(), rc.parameters()))
 
 
+@pytest.mark.parametrize("spec", [TINY, TINY.model_copy(update={"name": "tiny-gqa-window", "mlp": "swiglu",
+                                                                 "n_kv_heads": 2, "max_seq_len": 0,
+                                                                 "sliding_window": 8})])
+def test_attention_core_recompute_matches_and_replays_the_core(spec, monkeypatch):
+    """Plan.recompute_attention: the same gradients, and the core's forward runs again in the backward."""
+    import torch.nn.functional as F
+
+    plain = build_gpt(spec, 16, seed=3)
+    sel = build_gpt(spec, 16, seed=3, recompute_attention=True)
+    idx = torch.randint(0, 64, (2, 16))
+    plain(idx).sum().backward()
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    sel(idx).sum().backward()
+    assert len(calls) == 2 * spec.n_layers  # forward, and the replay in backward, per layer
+    assert all(torch.allclose(p.grad, q.grad, atol=1e-6) for p, q in zip(plain.parameters(), sel.parameters()))
+
+
 def test_proc_readers(tmp_path):
     st = read_proc_status()
     assert st["VmHWM"] >= st["VmRSS"] > 0

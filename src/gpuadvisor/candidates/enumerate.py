@@ -17,7 +17,8 @@ batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
     layer count                                     <= 16 + log2(world) + d(layers)
   M micro-batch sizes: powers of two <= max_micro_batch, the largest divisor below it   <= log2(64) + 2 = 8
   K knobs per (degrees, micro-batch): ZeRO x schedule x recompute x SP x mesh order x buckets/hpZ
-                                                    <= 144 (288 with comm hooks)
+                                                    <= 144 (288 with comm hooks); x 4/3 for an eager attention
+                                                    core (its selective recompute: Plan.recompute_attention)
 and dp = world/(tp·pp) dividing the batch (x3 batches with allow_batch_change). The batch enters only through
 divisibility, in O(max_mb) integer steps (`small_divisors`): a 2^31 batch gives the same rows as 2^20 on up to
 1,024 devices.
@@ -110,7 +111,7 @@ RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
            "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
-           "zero_impl", "global_batch")
+           "zero_impl", "recompute_attention", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -120,7 +121,7 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
-    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
+    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap", "recompute_attention"):
         f[k] = bool(f[k])
     f.update(Plan.recompute_fields(float(f["recompute"])))  # the column is Plan.recompute_fraction
     f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
@@ -223,6 +224,11 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     recomputes: tuple[float, ...] = RECOMPUTE_SHARES if t.allow_recompute and wl.model.kind == "transformer" else (0.0,)
     if tp * pp > 1 or wl.finetune.adapters:  # transformers' gradient checkpointing (peft) is every layer or none
         recomputes = tuple(r for r in recomputes if r in (0.0, 1.0))
+    # the attention core's selective recompute (Megatron --recompute-granularity selective) instead of none or full,
+    # where the core stores its s x s scores (an unfused "eager" core, full training: transformers/peft have no
+    # such mode); with a fused kernel it only adds a core forward, never a candidate
+    rcs = [(rc, False) for rc in recomputes] + ([(0.0, True)] if (
+        t.attention_kernel == "eager" and wl.model.kind == "transformer" and not wl.finetune.adapters) else [])
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
@@ -244,13 +250,13 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                     exceed[key] = bool(sp.memory_limit_bytes) and _states_exceed(wl, sp, dp, tp, pp, zero, off, ep)
                 if exceed[key]:
                     # count every plan the bound removes (not one per micro-batch/ZeRO choice)
-                    cut = (len(scheds) * len(recomputes) * len(sps) * (len(orders) if ep == 1 else 1)
+                    cut = (len(scheds) * len(rcs) * len(sps) * (len(orders) if ep == 1 else 1)
                            * len([k for k in knobs[zero] if ep == 1 or k[3] == 1]))
                     sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
                     continue
                 for sched, v in scheds:
                     sc = SCHEDULES.index(sched)
-                    for rc in recomputes:
+                    for rc, ra in rcs:
                         for seqp in sps:
                             for order in (orders if ep == 1 else (0,)):  # ep ranks are consecutive (Plan)
                                 for bucket, hook, zrb, hpz in knobs[zero]:
@@ -262,7 +268,7 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                                             wl, zero_stage=zero, tp=tp, pp=pp, ep=ep, zero_offload=bool(off),
                                             hpz=hpz, nodes=nodes, gpu=gpu))
                                     rows.append((dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket,
-                                                 hook, zrb, hpz, nodes, gpn, ep, False, impl, gb))
+                                                 hook, zrb, hpz, nodes, gpn, ep, False, impl, ra, gb))
 
 
 def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:

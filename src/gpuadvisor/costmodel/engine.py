@@ -22,7 +22,7 @@ from .analytical.comm import Group, allreduce_s
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_steps_latency_s
-from .analytical.compute import layer_gemm_efficiency
+from .analytical.compute import CORE_FORWARD_SHARE, layer_gemm_efficiency
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
 from .rules import Rule, load_rules
 
@@ -44,7 +44,7 @@ def plan_row(p: Plan) -> tuple:
             SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             ORDERS.index(p.mesh_order), p.ddp_bucket_mb, HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
-            ZERO_IMPLS.index(p.zero_impl), p.global_batch())
+            ZERO_IMPLS.index(p.zero_impl), int(p.recompute_attention), p.global_batch())
 
 
 class Eval:
@@ -243,7 +243,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- compute of one micro-batch on the busiest stage (compute.py) ----
     tokens = mb * ctx.s
-    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep)
+    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, a[:, 21])
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
     # them past their thresholds: docs/cost-model.md, known gaps)
     t_mb = layers * t_layer + t_head + layers * t_host
@@ -423,11 +423,12 @@ def _stage_states(ctx: Context, layers, first, last, pp, tp, e_shard) -> dict[st
             "w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
 
 
-def _act(ctx: Context, mb, tp, sp, rc):
-    """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer)."""
+def _act(ctx: Context, mb, tp, sp, rc, ra=False):
+    """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer); `ra`: the attention
+    core recomputes (Plan.recompute_attention)."""
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
                                       shape=ctx.shape, frozen=ctx.frozen_roles, te=ctx.te_layers,
-                                      fp8=ctx.fp8_linears)
+                                      fp8=ctx.fp8_linears, recompute_core=ra)
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[str, np.ndarray]:
@@ -436,11 +437,13 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     if ctx.transformer:
-        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp))
+        ra = a[:, 21] > 0
+        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra)
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
         act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
-        # the layer being recomputed holds its full activations
-        full = np.where(rc > 0, stored, 0.0)
+        # the layer being recomputed holds its full activations; under the core's selective recompute the layer in
+        # its backward holds its replayed scores (ra and rc > 0 exclude each other: Plan)
+        full = np.where(rc > 0, stored, 0.0) + np.where(ra, _act(ctx, mb, tp, sp, np.zeros_like(sp)) - stored, 0.0)
         # GPipe keeps all m micro-batches (Huang et al. 2019); 1F1B min(p, m) (Narayanan et al. 2021 §2.2.1);
         # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
         inflight = np.where(pp == 1, 1.0, np.where(sched == 1, m, np.where(
@@ -516,7 +519,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
             "comm_buffers": buf, "framework": fw, "host": host, "_total": live + fw}
 
 
-def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
 
     GEMMs at the family's saturating efficiency, pass by pass (compute.layer_gemm_efficiency: attention
@@ -525,7 +528,10 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     attn_rel), non-GEMM work as bytes
     over HBM bandwidth (compute.elementwise_time_s; replicated across TP ranks unless SP splits it), and the
     host's dispatch of the layer's kernels (compute.launch_time_s). A recomputing layer replays its forward (×4/3;
-    `rc` is the share of layers that recompute).
+    `rc` is the share of layers that recompute); with `ra` (Plan.recompute_attention) every layer replays its
+    attention core's forward: a third of the core's FLOPs (two of its six GEMM passes), the unfused core's forward
+    score traffic and its kernels (Context.core_kernels), and no TP collective or weight gather (the core has no
+    weights and its heads are local).
     """
     if not ctx.transformer:
         flops = mb * ctx.fps
@@ -549,23 +555,23 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep) -> tuple[np.ndarray, np
     if ctx.top_k:
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
     core_rate = ctx.attn_rel * rate(tokens, ctx.h, ctx.bf16_curve)
-    t_layer = tokens * extra / tp * (fs["proj"] / rate(tokens, ctx.q_width / tp)
-                                     + fs["mlp"] / rate(mlp_rows, mlp_w)
-                                     + fs["core"] / core_rate)
+    core_extra = extra + ra * CORE_FORWARD_SHARE
+    t_layer = tokens / tp * (extra * (fs["proj"] / rate(tokens, ctx.q_width / tp) + fs["mlp"] / rate(mlp_rows, mlp_w))
+                             + core_extra * fs["core"] / core_rate)
     traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
     t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
     fwd_b, bwd_b = ctx.score_traffic
     if bwd_b:
         # an unfused attention core moves its b·(a/tp)·s² scores through HBM pass by pass
         # (compute.unfused_attention_bytes); a recomputing layer replays the forward passes
-        t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc) + bwd_b) / ctx.mem_bw
+        t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc + ra) + bwd_b) / ctx.mem_bw
     if ctx.fp8_weight_cast:
         # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
         t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
-    t_host = extra * ctx.kpl * ctx.launch_us * 1e-6
+    t_host = (extra * ctx.kpl + ra * ctx.core_kernels) * ctx.launch_us * 1e-6
     return t_layer, t_head, t_host
 
 

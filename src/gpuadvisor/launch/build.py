@@ -231,11 +231,17 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
 
     if workload.model.kind != "transformer" or device.kind != "gpu":
         return []
+    core = ([f"the plan recomputes the attention core (Megatron's selective recompute: {_megatron.FILE} says "
+             "--recompute-granularity selective, launch.sh's trainer checkpoints its SDPA core; torchtitan.toml and "
+             "the Accelerate files have no such mode and run without it)"] if plan.recompute_attention else [])
     if workload.training.attention_kernel == "eager":
         return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
                 "memory, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
                 "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "
-                "allow a larger micro-batch than this plan"]
+                "allow a larger micro-batch than this plan" + ("; " + core[0] if core else "")]
+    if core:  # with fused attention the core's replay only costs time (priced); say which files run it
+        return ["attention: " + core[0]] + attention_notes(plan.model_copy(update={"recompute_attention": False}),
+                                                           workload, device)
     curve = gemm_curve(device.name, device.spec_key)
     if curve.attn_rel == curve.attn_rel_cudnn:
         return []

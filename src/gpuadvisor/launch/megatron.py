@@ -43,7 +43,8 @@ Mapping (ZeRO with or without TP/PP):
   is a plain ColumnParallelLinear and stays bf16.
 Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
 per virtual stage.
-Extension point: Megatron's selective (core attention) recompute is not a Plan field.
+Plan.recompute_attention is Megatron's selective recompute, --recompute-granularity selective (its default
+--recompute-modules core_attn: the attention core's forward replays in the backward).
 """
 from __future__ import annotations
 
@@ -135,6 +136,8 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         # saved than the plan assumes)
         a += ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
               str(recompute_layers_per_chunk(plan, m.n_layers))]
+    elif plan.recompute_attention:
+        a += ["--recompute-granularity", "selective"]
     if t.precision in ("bf16", "fp16"):
         a.append(f"--{t.precision}")
     elif t.precision == "fp8":  # FP8 GEMMs in Transformer Engine's Linears, bf16 everywhere else

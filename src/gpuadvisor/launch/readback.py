@@ -435,6 +435,8 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  # Megatron-DeepSpeed: the DeepSpeed engine, its pipeline switch, CPU Adam, the flash kernels
                  "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations",
                  "--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton"}
+#: Megatron-Core's modules that --recompute-granularity selective recomputes (nargs '*', default core_attn)
+_MEG_RECOMPUTE_MODULES = "--recompute-modules"
 #: Megatron-DeepSpeed's flash-attention switches (its default attention core is Megatron's unfused one)
 _MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton")
 
@@ -461,9 +463,15 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             vals[flag] = inline or argv[i + 1]
             i += 1 if inline else 2
             continue
-        if flag in _MEG_SWITCHES:
+        if flag == _MEG_RECOMPUTE_MODULES:  # nargs='*': the words up to the next flag
+            words = [inline] if inline else []
+            while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                words.append(argv[i + 1])
+                i += 1
+            vals[flag] = " ".join(words)
+        elif flag in _MEG_SWITCHES:
             switches.add(flag)
-        elif difflib.get_close_matches(flag, sorted(ours), n=1, cutoff=0.85):
+        elif difflib.get_close_matches(flag, sorted(ours | {_MEG_RECOMPUTE_MODULES}), n=1, cutoff=0.85):
             raise _unknown(where, flag, ours)
         else:
             rb.ignored.append(flag)
@@ -518,8 +526,13 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             elif n <= 0:
                 rb.plan["recompute"] = False
     elif gran == "selective":
-        rb.notes.append("Megatron's selective recompute (the attention core) is not a plan dimension: with flash "
-                        "attention it stores about what no recompute does; predicted without recompute")
+        modules = vals.get(_MEG_RECOMPUTE_MODULES, "core_attn").split()
+        if "core_attn" in modules:
+            rb.plan["recompute_attention"] = True  # the attention core's forward replays in the backward
+        others = [w for w in modules if w != "core_attn"]
+        if others:
+            rb.notes.append(f"--recompute-modules {' '.join(others)}: recomputing these is not a plan mode; "
+                            "predicted with them stored")
     if "--use-torch-fsdp2" in switches:
         if "--use-distributed-optimizer" in switches or pp > 1:
             clash = "--use-distributed-optimizer" if pp == 1 else "--pipeline-model-parallel-size > 1"
@@ -544,6 +557,11 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
     _megatron_attention(vals, switches, rb, where)
+    if rb.plan.get("recompute_attention") and "--deepspeed" in switches and rb.attention_kernel == "flash":
+        # Megatron-DeepSpeed checkpoints the core only on its unfused path (ParallelAttention.forward)
+        rb.plan.pop("recompute_attention")
+        rb.notes.append("--recompute-granularity selective: Megatron-DeepSpeed's flash-attention path does not "
+                        "checkpoint the core; predicted without recompute")
     if "--use-torch-fsdp2" in switches:
         _fsdp_runtime(rb.plan)
     if "--seq-length" in vals:

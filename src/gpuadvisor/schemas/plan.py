@@ -58,6 +58,10 @@ class Plan(Frozen):
     recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
                                     "layer (full), 2 = every other layer (torchtitan selective_ac_option '2', "
                                     "Megatron --recompute-method block over half of each stage's layers)")
+    recompute_attention: bool = Field(False, description="Selective recompute of the attention core (Megatron "
+                                      "--recompute-granularity selective): Q·Kᵀ, softmax, dropout and ·V replay in "
+                                      "the backward instead of storing the s x s scores. Saves memory where the core "
+                                      "stores them (attention_kernel eager); costs one core forward either way")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallel with TP")
     tp_comm_overlap: bool = Field(False, description="Overlap TP communication with the GEMMs that use it "
                                   "(Megatron-Core --tp-comm-overlap with Transformer Engine; torchtitan async TP); "
@@ -121,6 +125,9 @@ class Plan(Frozen):
             raise ValueError("interleaved 1F1B needs num_micro_batches divisible by pp")
         if self.recompute_interval > 1 and not self.recompute:
             raise ValueError("recompute_interval > 1 needs recompute=true (it picks which layers recompute)")
+        if self.recompute_attention and self.recompute:
+            raise ValueError("recompute=true (full) and recompute_attention (selective) are one choice, as Megatron's "
+                             "--recompute-granularity full or selective: keep one")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -198,6 +205,11 @@ _SHORT = {"zero_stage": "zero", "micro_batch_size": "mb", "num_micro_batches": "
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
+#: recompute=<word> in a plan text (Megatron's --recompute-granularity words): the field it sets
+RECOMPUTE_WORDS = {"full": ("recompute", "true"), "selective": ("recompute_attention", "true"),
+                   "none": ("recompute", "false")}
+
+
 def _fmt(v: object) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -220,6 +232,9 @@ def parse_plan(text: str, **defaults: object) -> Plan:
             raise ValueError(f"plan item '{item}' is not key=value; write e.g. 'dp=2,tp=1,pp=1,mb=4'")
         k, v = (s.strip() for s in item.split("=", 1))
         k = _LONG.get(k, k)
+        if k == "recompute" and v.lower() in RECOMPUTE_WORDS:
+            # Megatron's words: full = every layer, selective = the attention core, none
+            k, v = RECOMPUTE_WORDS[v.lower()]
         if k not in Plan.model_fields:
             known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
             raise ValueError(f"unknown plan key '{k}'; known keys: {known}")
@@ -281,6 +296,9 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
         if m.n_experts % plan.ep:
             raise ValueError(f"ep={plan.ep} does not divide the {m.n_experts} routed experts of '{m.name}'")
     if m.kind != "transformer":
+        if plan.recompute_attention:
+            raise ValueError(f"model '{m.name}' is generic (params + FLOPs) and has no attention core to recompute: "
+                             "drop recompute_attention")
         if plan.tp > 1 or plan.pp > 1:
             raise ValueError(f"model '{m.name}' is generic (params + FLOPs): only DP/ZeRO plans apply, not tp/pp")
         return

@@ -97,10 +97,11 @@ class Attention(nn.Module):
     sliding window. Head counts are read from the tensor shapes: under TP each rank holds 1/tp of the query
     and of the key/value heads, and query head j still shares key/value head j // (n_heads / n_kv_heads)."""
 
-    def __init__(self, cfg: BlockConfig):
+    def __init__(self, cfg: BlockConfig, recompute_core: bool = False):
         super().__init__()
         s = cfg.shape
         self.head_dim, self.rope, self.window = s.head_dim, cfg.rope, cfg.window
+        self.recompute_core = recompute_core
         self.q = nn.Linear(s.d_model, s.q_dim, bias=s.qkv_bias)
         self.k = nn.Linear(s.d_model, s.kv_dim, bias=s.qkv_bias)
         self.v = nn.Linear(s.d_model, s.kv_dim, bias=s.qkv_bias)
@@ -116,17 +117,26 @@ class Attention(nn.Module):
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         if self.rope:
             q, k = rotate(q), rotate(k)
+        if self.recompute_core and torch.is_grad_enabled():
+            # selective recompute (Korthikanti et al. 2022 §4.2; Megatron's checkpointed core attention): keep
+            # q, k, v and replay the core's forward in the backward
+            y = checkpoint(self._core, q, k, v, use_reentrant=False)
+        else:
+            y = self._core(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(q·kᵀ/√d + causal or window mask)·v per head, (b, heads, t, head_dim) in and out."""
+        t = q.shape[2]
         if k.shape[1] != q.shape[1]:  # GQA: each key/value head serves a contiguous group of query heads
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         if self.window:
-            i = torch.arange(t, device=x.device)
+            i = torch.arange(t, device=q.device)
             dist = i[:, None] - i[None, :]
             mask = (dist >= 0) & (dist < self.window)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class MLP(nn.Module):
@@ -199,16 +209,16 @@ class MoE(nn.Module):
 
 class Block(nn.Module):
     """Pre-norm transformer layer (GPT-2 or Llama family, dense or MoE); `recompute` re-runs its forward in
-    backward (full activation recompute)."""
+    backward (full activation recompute), `recompute_core` only its attention core's (selective)."""
 
-    def __init__(self, cfg: BlockConfig, recompute: bool = False):
+    def __init__(self, cfg: BlockConfig, recompute: bool = False, recompute_core: bool = False):
         super().__init__()
         s = cfg.shape
         if s.norms not in (2, 4):
             raise ValueError(f"the bundled trainer builds 2 pre-norms or 2 pre- + 2 post-norms (Gemma 2) per layer, "
                              f"not norms_per_layer={s.norms}")
         self.ln1 = make_norm(s, s.d_model)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, recompute_core)
         self.ln2 = make_norm(s, s.d_model)
         self.mlp = MoE(cfg) if s.moe else make_mlp(cfg, s.d_ff)
         self.post_attn_norm: Optional[nn.Module] = make_norm(s, s.d_model) if s.norms == 4 else None

@@ -148,6 +148,10 @@ class Context:
             self.fused_attention = dev.kind == "gpu" and not eager
             self.score_traffic = (K.unfused_attention_bytes(self.act_bytes, bool(self.shape.dropout))
                                   if dev.kind == "gpu" and eager else (0.0, 0.0))
+            # kernels of the core's forward, which its selective recompute launches again: Megatron's unfused
+            # CoreAttention.forward runs baddbmm (Q·Kᵀ), the fused scale-mask-softmax, dropout and bmm (·V);
+            # a fused core is one kernel
+            self.core_kernels = 4.0 if eager else 1.0
             # each GEMM kind's width before TP (engine._compute sizes them; flops_split in _finetune)
             self.q_width = float(self.shape.q_dim)
             self.mlp_width = float((self.shape.expert_d_ff if self.shape.moe else self.shape.d_ff)
@@ -173,6 +177,7 @@ class Context:
             self.act_per_sample = float(m.activation_bytes_per_sample or 0.0)
             self.fused_attention = True
             self.score_traffic = (0.0, 0.0)
+            self.core_kernels = 0.0
             self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6

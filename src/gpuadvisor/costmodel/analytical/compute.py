@@ -34,6 +34,11 @@ def attention_keys_per_query(m: ModelSpec, seq_len: int) -> float:
     return (sliding * m.sliding_window + (m.n_layers - sliding) * seq_len) / m.n_layers
 
 
+#: The forward's share of the attention core's training FLOPs (QK^T and AV forward, 4·H·Q·T of the 12·H·Q·T
+#: below): what its selective recompute (Plan.recompute_attention) replays in the backward
+CORE_FORWARD_SHARE = 1.0 / 3.0
+
+
 def attention_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per token of one layer's score and value matmuls: 12·n_heads·head_dim·keys.
 

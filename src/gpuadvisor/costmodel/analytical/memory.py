@@ -107,7 +107,8 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
 def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLike = 1, sp: ArrayLike = False,
                                recompute: ArrayLike = False, fused_attention: bool = True,
                                act_bytes: int = 2, shape: Optional[LayerShape] = None,
-                               frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False) -> Any:
+                               frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False,
+                               recompute_core: ArrayLike = False) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -120,7 +121,9 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     softmax, dropout mask) vanishes with fused attention (FlashAttention, SDPA, cuDNN: attention_kernel flash or
     cudnn on a GPU); attention_kernel "eager" (an unfused core) and CPU ranks keep it. b, tp, sp and
     recompute may be NumPy arrays (element-wise, same result as scalar calls). `frozen`, `te` and `fp8`: see
-    `activation_terms` (they need `shape`).
+    `activation_terms` (they need `shape`). `recompute_core` (array too): selective recompute of the attention
+    core (Korthikanti et al. 2022 §4.2; Megatron --recompute-granularity selective) stores none of the scores term:
+    the core's inputs Q, K, V are stored anyway and its forward replays in the backward.
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
@@ -132,7 +135,7 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     t = np.asarray(tp, dtype=float)
     spa = np.asarray(sp, dtype=bool)
     sb = float(s) * np.asarray(b, dtype=float)
-    scores = 0.0 if fused_attention else terms.scores_per_s * s
+    scores = 0.0 if fused_attention else np.where(np.asarray(recompute_core, dtype=bool), 0.0, terms.scores_per_s * s)
     per_token = np.where(spa, terms.replicated / t, terms.replicated) + (terms.split + scores) / t
     layer_input = 2.0 * h * act_bytes / 2.0 / np.where(spa, t, 1.0)
     out = sb * scale * np.where(np.asarray(recompute, dtype=bool), layer_input / scale, per_token)

@@ -81,7 +81,8 @@ class Strategy:
         if not self.is_gpt:
             return build_resnet18(job.seed)
         model = build_gpt(job.workload.model, self.seq_len, job.seed, recompute=self.plan.recompute, tie=tie,
-                          recompute_interval=self.plan.recompute_interval)
+                          recompute_interval=self.plan.recompute_interval,
+                          recompute_attention=self.plan.recompute_attention)
         if job.workload.finetune.adapters:
             from ..lora import apply_lora
 
