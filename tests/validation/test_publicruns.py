@@ -158,7 +158,8 @@ def test_unstated_network_is_the_generations_dgx_fabric_only_as_an_approximation
 
 def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approximation(runs):
     """torchtitan's per-op SAC is not a Plan mode: refused strictly, and under `selective-recompute` priced as
-    its measured twin, layer-level every other block; an unstated selective fraction (fms-fsdp) as none."""
+    its measured twin, layer-level every other block; an unstated selective fraction (fms-fsdp) from the row's
+    HFU/MFU (= 1 + fraction/3)."""
     op = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
                activation_checkpointing="selective (op)")
     layer = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
@@ -169,8 +170,15 @@ def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approxi
     a, b = to_inputs(op, approximate=approx), to_inputs(layer, approximate=["network-unstated"])
     assert a.plan.recompute and a.plan.recompute_interval == 2 and a.plan == b.plan
     assert any("approximation selective-recompute" in n for n in a.assumptions)
-    fms = _find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective")
-    assert not to_inputs(fms, approximate=list(LIMITS)).plan.recompute
+    # fms-fsdp: 13B on A100 at HFU 69 / MFU 61 checkpoints 0.39 of its blocks (every 3rd); 70B at 74 / 55 all of
+    # them (its scripts/70b.sh: fsdp_activation_checkpointing with selective_checkpointing=1)
+    fms13 = to_inputs(_find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective",
+                            gpu="A100 80GB", mfu_pct=61.0), approximate=list(LIMITS))
+    assert fms13.plan.recompute and fms13.plan.recompute_interval == 3
+    assert any("HFU 69 / MFU 61" in n for n in fms13.assumptions)
+    fms70 = to_inputs(_find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective",
+                            gpu="A100 80GB", mfu_pct=55.0, params=68976648192), approximate=list(LIMITS))
+    assert fms70.plan.recompute and fms70.plan.recompute_interval == 1
     # a torchtitan row that says only "selective" ran its train config's per-op mode (llama3_8b.toml 'op')
     titan = _find(runs, source_id="torchtitan_llama3_h100_202412", activation_checkpointing="selective")
     t = to_inputs(titan, approximate=["selective-recompute"])

@@ -40,7 +40,7 @@ LIMITS: dict[str, str] = {
     "selective-recompute": "selective recompute that is not a Plan dimension -> per-op selective as layer-level "
                            "every other block (torchtitan measured the two at the same speed on 64 A100: 2,973 vs "
                            "2,904 tok/s/GPU for Llama 3.1 8B, 1,904 vs 1,914 for Llama 2 13B; per-op stores less), "
-                           "an unstated fraction of blocks as none",
+                           "an unstated fraction of blocks from the row's HFU/MFU (1 + fraction/3), else none",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
     "offload-optimizer": "ZeRO-3 with only the optimizer states (and activation checkpoints) in host RAM -> the Plan's "
                          "ZeRO-Offload, which at stage 3 offloads the parameters too (their per-micro-batch host "
@@ -419,7 +419,8 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
     """Share of the layers that recompute (Plan.recompute_fraction): 1 full, 0 none, 1/2 for torchtitan's
     layer-level selective checkpointing (selective_ac_option default "2": every other block); per-op selective
     (1/2, the layer-level mode torchtitan's performance doc measured at its speed) and unstated selective
-    (fms-fsdp's fraction of blocks: 0) are the LIMITS approximation `selective-recompute`."""
+    (fms-fsdp's fraction of blocks, from the row's HFU/MFU: _share_from_hfu) are the LIMITS approximation
+    `selective-recompute`."""
     text = run.activation_checkpointing.lower()
     if not text:
         _limit("recompute-unstated", "activation checkpointing not stated", approximate, notes)
@@ -432,12 +433,30 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
         if not per_op and text.strip() == "selective" and TORCHTITAN.search(run.framework):
             per_op = True  # torchtitan's own train configs: the 8B's is per-op (see TORCHTITAN_SELECTIVE)
             notes.append(TORCHTITAN_SELECTIVE)
-        return 1.0 / PER_OP_SAC_INTERVAL if per_op else 0.0
+        if per_op:
+            return 1.0 / PER_OP_SAC_INTERVAL
+        return _share_from_hfu(run, notes)
     if re.match(r"(true|yes|full|on)\b", text):
         return 1.0
     if re.match(r"(false|no|none)\b", text):
         return 0.0
     raise Unsupported("activation checkpointing not understood")
+
+
+def _share_from_hfu(run: PublicRun, notes: list[str]) -> float:
+    """Share of blocks a selective-by-fraction run recomputes (fms-fsdp's selective_checkpointing p:
+    fms_fsdp/policies/ac_handler.py checkpoints p of the blocks, evenly spaced), from the row's own HFU and MFU:
+    HFU counts the replayed forwards, a third of a block's training FLOPs, so HFU/MFU = 1 + p/3. Read as every
+    k-th block (k = round(1/p)); 0 when the row states neither."""
+    if not (run.mfu_pct and run.hfu_pct) or run.hfu_pct < run.mfu_pct:
+        return 0.0
+    p = min(1.0, 3.0 * (run.hfu_pct / run.mfu_pct - 1.0))
+    if p < 0.1:
+        return 0.0
+    share = 1.0 / max(1, round(1.0 / p))
+    notes.append(f"selective checkpointing of {p:.2f} of the blocks (HFU {run.hfu_pct:g} / MFU {run.mfu_pct:g} = "
+                 f"1 + p/3): every {round(1.0 / share)} block(s) recomputes")
+    return share
 
 
 def titan_stages_per_rank(run: PublicRun) -> int:
