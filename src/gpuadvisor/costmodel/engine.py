@@ -438,12 +438,13 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     if ctx.transformer:
         ra = a[:, 21] > 0
-        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra)
+        plain = _act(ctx, mb, tp, sp, np.zeros_like(sp))
+        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra) if ra.any() else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
         act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
         # the layer being recomputed holds its full activations; under the core's selective recompute the layer in
-        # its backward holds its replayed scores (ra and rc > 0 exclude each other: Plan)
-        full = np.where(rc > 0, stored, 0.0) + np.where(ra, _act(ctx, mb, tp, sp, np.zeros_like(sp)) - stored, 0.0)
+        # its backward holds its replayed scores, plain - stored (ra and rc > 0 exclude each other: Plan)
+        full = np.where(rc > 0, stored, 0.0) + (plain - stored)
         # GPipe keeps all m micro-batches (Huang et al. 2019); 1F1B min(p, m) (Narayanan et al. 2021 §2.2.1);
         # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
         inflight = np.where(pp == 1, 1.0, np.where(sched == 1, m, np.where(
