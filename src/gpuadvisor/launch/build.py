@@ -221,27 +221,36 @@ def launch_steps(launch: LaunchConfig) -> int:
 
 
 def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
-    """Which written files run the attention kernel the prediction assumes, where the kernels' rates differ.
+    """Which written files run the attention kernel the prediction assumes (`_kernel_notes`), and which run the
+    plan's selective recompute of the attention core (Plan.recompute_attention)."""
+    if workload.model.kind != "transformer" or device.kind != "gpu":
+        return []
+    notes = _kernel_notes(plan, workload, device)
+    if not plan.recompute_attention:
+        return notes
+    from . import megatron as _megatron
 
-    megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
+    core = (f"the plan recomputes the attention core (Megatron's selective recompute: {_megatron.FILE} says "
+            "--recompute-granularity selective, launch.sh's trainer checkpoints its SDPA core; torchtitan.toml and "
+            "the Accelerate files have no such mode and run without it)")
+    if workload.training.attention_kernel == "eager":  # the unfused core's note goes on with it
+        return [notes[0] + "; " + core]
+    # with fused attention the core's replay only costs time (priced); say which files run it
+    return ["attention: " + core] + notes
+
+
+def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
+    """megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
     other file runs PyTorch's FlashAttention-2 (SDPA). On GPUs where the calibration prices them alike (A100: both at
     the GEMM rate) nothing is said. A plan priced with an unfused core ("eager") is always noted: no file runs one."""
     from ..costmodel.calibration import gemm_curve
     from . import megatron as _megatron
 
-    if workload.model.kind != "transformer" or device.kind != "gpu":
-        return []
-    core = ([f"the plan recomputes the attention core (Megatron's selective recompute: {_megatron.FILE} says "
-             "--recompute-granularity selective, launch.sh's trainer checkpoints its SDPA core; torchtitan.toml and "
-             "the Accelerate files have no such mode and run without it)"] if plan.recompute_attention else [])
     if workload.training.attention_kernel == "eager":
         return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
                 "memory, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
                 "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "
-                "allow a larger micro-batch than this plan" + ("; " + core[0] if core else "")]
-    if core:  # with fused attention the core's replay only costs time (priced); say which files run it
-        return ["attention: " + core[0]] + attention_notes(plan.model_copy(update={"recompute_attention": False}),
-                                                           workload, device)
+                "allow a larger micro-batch than this plan"]
     curve = gemm_curve(device.name, device.spec_key)
     if curve.attn_rel == curve.attn_rel_cudnn:
         return []

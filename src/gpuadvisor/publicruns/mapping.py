@@ -433,9 +433,7 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
         if not per_op and text.strip() == "selective" and TORCHTITAN.search(run.framework):
             per_op = True  # torchtitan's own train configs: the 8B's is per-op (see TORCHTITAN_SELECTIVE)
             notes.append(TORCHTITAN_SELECTIVE)
-        if per_op:
-            return 1.0 / PER_OP_SAC_INTERVAL
-        return _share_from_hfu(run, notes)
+        return 1.0 / PER_OP_SAC_INTERVAL if per_op else _share_from_hfu(run, notes)
     if re.match(r"(true|yes|full|on)\b", text):
         return 1.0
     if re.match(r"(false|no|none)\b", text):
@@ -453,10 +451,10 @@ def _share_from_hfu(run: PublicRun, notes: list[str]) -> float:
     p = min(1.0, 3.0 * (run.hfu_pct / run.mfu_pct - 1.0))
     if p < 0.1:
         return 0.0
-    share = 1.0 / max(1, round(1.0 / p))
+    k = max(1, round(1.0 / p))
     notes.append(f"selective checkpointing of {p:.2f} of the blocks (HFU {run.hfu_pct:g} / MFU {run.mfu_pct:g} = "
-                 f"1 + p/3): every {round(1.0 / share)} block(s) recomputes")
-    return share
+                 f"1 + p/3): every {k} block(s) recomputes")
+    return 1.0 / k
 
 
 def titan_stages_per_rank(run: PublicRun) -> int:

@@ -116,14 +116,17 @@ def refuse_unmeasurable(precision: str, attention_kernel: str, command: str) -> 
     (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention or an
     unfused core's slower one."""
     refuse_fp8(precision, command)
-    if attention_kernel == "eager":
-        raise UserError(f"{command}: --attention-kernel eager cannot be measured by the bundled trainers, which run "
-                        "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "
-                        "your own stack's unfused attention with `gpuadvisor predict --from` on its config")
-    if attention_kernel == "cudnn":
-        raise UserError(f"{command}: --attention-kernel cudnn cannot be measured by the bundled trainers, which run "
-                        "PyTorch's SDPA (FlashAttention-2) attention; confirm with --attention-kernel flash, or time "
-                        "the megatron_args.txt that --emit writes (Transformer Engine's cuDNN attention)")
+    elsewhere = _UNMEASURABLE_KERNELS.get(attention_kernel)
+    if elsewhere:
+        raise UserError(f"{command}: --attention-kernel {attention_kernel} cannot be measured by the bundled "
+                        "trainers, which run PyTorch's SDPA (FlashAttention-2) attention; confirm with "
+                        f"--attention-kernel flash, or time {elsewhere}")
+
+
+#: attention kernels the bundled trainers do not run: where the user times them instead
+_UNMEASURABLE_KERNELS = {
+    "cudnn": "the megatron_args.txt that --emit writes (Transformer Engine's cuDNN attention)",
+    "eager": "your own stack's unfused attention with `gpuadvisor predict --from` on its config"}
 
 
 __all__ = ["host_mismatch", "require_host", "missing", "refuse_fp8", "refuse_unmeasurable", "require_modules",
