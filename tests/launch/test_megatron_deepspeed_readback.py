@@ -100,3 +100,8 @@ def test_recompute_modules_other_than_the_core_are_said():
     assert any("--recompute-modules mlp" in n for n in rb.notes)
     rb = read_megatron(["--recompute-granularity", "selective", "--recompute-modules", "mlp"], world=8)
     assert "recompute_attention" not in rb.plan
+
+
+def test_a_misspelt_recompute_modules_flag_is_named():
+    with pytest.raises(UserError, match="did you mean '--recompute-modules'"):
+        read_megatron(["--recompute-granularity", "selective", "--recompute-modulez", "core_attn"], world=8)

@@ -449,7 +449,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     rb = ReadBack("Megatron-LM arguments")
     vals: dict[str, str] = {}
     switches: set[str] = set()
-    ours = _MEG_VALUED | _MEG_SWITCHES
+    ours = _MEG_VALUED | _MEG_SWITCHES | {_MEG_RECOMPUTE_MODULES}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -471,7 +471,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             vals[flag] = " ".join(words)
         elif flag in _MEG_SWITCHES:
             switches.add(flag)
-        elif difflib.get_close_matches(flag, sorted(ours | {_MEG_RECOMPUTE_MODULES}), n=1, cutoff=0.85):
+        elif difflib.get_close_matches(flag, sorted(ours), n=1, cutoff=0.85):
             raise _unknown(where, flag, ours)
         else:
             rb.ignored.append(flag)

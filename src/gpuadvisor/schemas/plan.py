@@ -210,6 +210,10 @@ RECOMPUTE_WORDS = {"full": ("recompute", "true"), "selective": ("recompute_atten
                    "none": ("recompute", "false")}
 
 
+#: what pydantic reads as a boolean from text (its lax bool parsing)
+_BOOL_WORDS = ("0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes")
+
+
 def _fmt(v: object) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -235,6 +239,9 @@ def parse_plan(text: str, **defaults: object) -> Plan:
         if k == "recompute" and v.lower() in RECOMPUTE_WORDS:
             # Megatron's words: full = every layer, selective = the attention core, none
             k, v = RECOMPUTE_WORDS[v.lower()]
+        elif k == "recompute" and v.lower() not in _BOOL_WORDS:
+            raise ValueError(f"invalid plan '{text}': recompute={v} is not a recompute mode; write recompute=full, "
+                             "selective or none (or true/false)")
         if k not in Plan.model_fields:
             known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
             raise ValueError(f"unknown plan key '{k}'; known keys: {known}")
