@@ -53,6 +53,26 @@ def test_the_casts_cost_hbm_time():
     assert priced > free * 1.01
 
 
+def test_transformer_engine_casts_weights_once_per_step_torchao_per_pass():
+    """torchao's float8 Linear casts each weight in every pass of every micro-batch (forward, transposed for the
+    backward, a replayed forward); Transformer Engine casts both copies on a step's first micro-batch and reuses
+    its cached workspace: the weight-cast time of a step is m x (2 + recompute) passes against 2."""
+    cal = copy.deepcopy(load_calibration())
+    cal["fp8"].update(weight_cast_bytes_per_param=0)
+    plan = parse_plan("dp=2,tp=4,zero=1,mb=1,m=16,recompute=true")
+    cast_s = {}
+    for kernel in ("flash", "cudnn"):
+        wl = make_workload("llama-7b", seq_len=4096, global_batch=32, precision="fp8", attention_kernel=kernel)
+        ctx = Context(load_preset("hgx-h100-8x"), wl)
+        priced = evaluate(plan, ctx).compute_s
+        free = evaluate(plan, Context(load_preset("hgx-h100-8x"), wl, calibration=cal)).compute_s
+        # 5 B per parameter per cast over HBM, each device's TP shard of every layer
+        one_cast = 5.0 * ctx.L * ctx.w_layer_bytes / ctx.weight_bytes / 4 / ctx.mem_bw
+        cast_s[kernel] = (priced - free) / one_cast
+    assert cast_s["flash"] == pytest.approx(16 * 3)
+    assert cast_s["cudnn"] == pytest.approx(2)
+
+
 def test_bf16_predictions_do_not_change_with_the_fp8_constants():
     cal = copy.deepcopy(load_calibration())
     cal["fp8"].update(large_gemm_ratio=0.5, cast_traffic_per_h=500)

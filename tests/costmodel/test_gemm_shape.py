@@ -159,7 +159,8 @@ def test_cudnn_attention_speeds_up_only_the_core_and_only_where_flashattention_2
     flash, cudnn = step("hgx-h100-8x", "flash"), step("hgx-h100-8x", "cudnn")
     ctx = Context(load_preset("hgx-h100-8x"), make_workload("llama-7b", seq_len=8192, global_batch=32))
     share = ctx.flops_split["core"] / sum(ctx.flops_split.values())
-    # the core at FlashAttention-2's half rate costs 2 x its FLOP share; at the GEMM rate 1 x: the step saves ~share
+    # the core at FlashAttention-2's fitted half rate costs ~2 x its FLOP share of the step, at cuDNN's 1.5 x the GEMM
+    # rate (derived from the kernel's causal benchmark) ~2/3 x: the step saves about its share
     saved = (flash.compute_s - cudnn.compute_s) / flash.compute_s
     assert 0.5 * share < saved < 1.5 * share
     # A100: FlashAttention-2 already runs at the GEMM rate there (attn_rel 1): no change

@@ -243,7 +243,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- compute of one micro-batch on the busiest stage (compute.py) ----
     tokens = mb * ctx.s
-    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, a[:, 21])
+    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, a[:, 21], m)
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
     # them past their thresholds: docs/cost-model.md, known gaps)
     t_mb = layers * t_layer + t_head + layers * t_host
@@ -520,7 +520,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
             "comm_buffers": buf, "framework": fw, "host": host, "_total": live + fw}
 
 
-def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
 
     GEMMs at the family's saturating efficiency, pass by pass (compute.layer_gemm_efficiency: attention
@@ -532,7 +532,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra) -> tuple[np.ndarray
     `rc` is the share of layers that recompute); with `ra` (Plan.recompute_attention) every layer replays its
     attention core's forward: a third of the core's FLOPs (two of its six GEMM passes), the unfused core's forward
     score traffic and its kernels (Context.core_kernels), and no TP collective or weight gather (the core has no
-    weights and its heads are local).
+    weights and its heads are local). `m`: micro-batches per step, over which Transformer Engine's once-per-step
+    FP8 weight casts are spread.
     """
     if not ctx.transformer:
         flops = mb * ctx.fps
@@ -567,8 +568,11 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra) -> tuple[np.ndarray
         # (compute.unfused_attention_bytes); a recomputing layer replays the forward passes
         t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc + ra) + bwd_b) / ctx.mem_bw
     if ctx.fp8_weight_cast:
-        # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward)
-        t_layer = t_layer + (2.0 + rc) * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
+        # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward);
+        # Transformer Engine casts both copies on a step's first micro-batch and reuses its cached workspace on the
+        # other m - 1 and on the replay (Context.te_fp8_cache_bytes): once per step, spread over its micro-batches
+        casts = 2.0 / m if ctx.te_fp8_cache_bytes else 2.0 + rc
+        t_layer = t_layer + casts * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
