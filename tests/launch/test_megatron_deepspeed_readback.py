@@ -100,6 +100,12 @@ def test_recompute_modules_other_than_the_core_are_said():
     assert any("--recompute-modules mlp" in n for n in rb.notes)
     rb = read_megatron(["--recompute-granularity", "selective", "--recompute-modules", "mlp"], world=8)
     assert "recompute_attention" not in rb.plan
+    # an empty list (nargs '*') replaces Megatron's default core_attn: nothing replays, and the note says so
+    rb = read_megatron(["--recompute-granularity", "selective", "--recompute-modules", "--bf16"], world=8)
+    assert "recompute_attention" not in rb.plan and "recompute" not in rb.plan
+    assert any("no module names" in n for n in rb.notes)
+    rb = read_megatron(["--recompute-granularity", "selective", "--bf16"], world=8)
+    assert rb.plan["recompute_attention"] is True and not any("no module names" in n for n in rb.notes)
 
 
 def test_a_misspelt_recompute_modules_flag_is_named():

@@ -530,6 +530,9 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if "core_attn" in modules:
             rb.plan["recompute_attention"] = True  # the attention core's forward replays in the backward
         others = [w for w in modules if w != "core_attn"]
+        if not modules:
+            rb.notes.append("--recompute-modules with no module names: selective recompute replays nothing "
+                            "(Megatron's default is core_attn); predicted without recompute")
         if others:
             rb.notes.append(f"--recompute-modules {' '.join(others)}: recomputing these is not a plan mode; "
                             "predicted with them stored")
