@@ -83,7 +83,7 @@ def main() -> None:
 
     ensure_deepspeed_ops()
     root = Path(args.out or tempfile.mkdtemp(prefix="trainers-cpu-"))
-    print(f"| model | strategy | ranks | tokens/s | scaling eff. % | peak RSS MiB (max rank) | lo bytes/step |")
+    print("| model | strategy | ranks | tokens/s | scaling eff. % | peak RSS MiB (max rank) | lo bytes/step |")
     print("|---|---|---|---|---|---|---|")
     for label, (spec, seq) in MODELS.items():
         base = None

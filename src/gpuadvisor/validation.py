@@ -76,7 +76,7 @@ class ValidationReport:
 
     def view(self) -> Any:
         """The rows (measured vs predicted), the ordering findings and the summary, as a rich renderable."""
-        from .cli.console import Column, Group, Text, block, make_table
+        from .cli.console import Column, Group, block, make_table
 
         table = make_table(Column("row", overflow="fold"), Column("metric", overflow="fold"),
                            Column("measured", justify="right", no_wrap=True),

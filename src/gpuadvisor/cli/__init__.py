@@ -11,7 +11,6 @@ import sys
 from typing import Optional, Sequence
 
 from .. import __version__, exitcodes
-from ..errors import UserError
 from .argtypes import OneLineParser
 
 # subcommand module names under gpuadvisor.cli, in help order

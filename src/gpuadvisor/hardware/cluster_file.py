@@ -21,7 +21,7 @@ from ..safe_yaml import load_user_yaml_node, read_user_text
 from ..schemas.bounds import (MAX_CPU_RANKS, MAX_DEVICES, MAX_DEVICES_PER_NODE, MAX_NODES, Count, Index, Latency,
                               LinkBandwidth, LinkSpeed, MemBandwidth, MemoryGiB, PcieGen, PcieWidth, RamGiB, TFlops)
 from ..schemas.hardware import Cluster, CpuInfo, Device, DeviceLink, Network, Nic, Node, NodeAccess
-from .catalog import (GIB, device_from_spec, device_link, network_from_key, nic_from_key, parse_link_token, rail_key,
+from .catalog import (GIB, device_from_spec, device_link, network_from_key, nic_from_key, rail_key,
                       rate_nic)
 
 Loc = tuple[Union[str, int], ...]

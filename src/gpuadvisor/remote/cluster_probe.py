@@ -11,6 +11,7 @@ virtual link (veth says 10000) reads the same as a real one.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 import uuid
@@ -246,8 +247,9 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
                f"failed on node {describe(failed.node)} (exit {failed.returncode}: "
                f"{_last_line(failed.stderr_tail())})")
         survivors = f"; processes left: {left}" if left else ""
-        raise ProbeError(f"inter-node measurement {why}{survivors}; run `gpuadvisor probe --cluster FILE` "
-                         "(pre-flight) and check the rendezvous port and access.ifname")
+        raise ProbeError(f"inter-node measurement {why}{survivors} (each node's output: {folder}); run "
+                         "`gpuadvisor probe --cluster FILE` (pre-flight) and check the rendezvous port and "
+                         "access.ifname")
     finish_group(procs, token)
     report = None
     for p in procs:
@@ -257,7 +259,10 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
         except ProbeError:
             continue
     if report is None:
-        raise ProbeError("inter-node measurement printed no report on any node; run it by hand to see why")
+        raise ProbeError(f"inter-node measurement printed no report on any node (each node's output: {folder}); "
+                         "run it by hand to see why")
+    if own_dir:  # a folder of our own, read: nothing left to debug (a failure above keeps it and names it)
+        shutil.rmtree(folder, ignore_errors=True)
     curves = report.collectives
     ar = next((c for c in curves if c.op == "all_reduce" and c.points), None)
     sr = next((c for c in curves if c.op == "send_recv" and c.points), None)

@@ -12,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from ..errors import UserError
-from ..schemas import ModelSpec, Workload
+from ..schemas import Workload
 from ..schemas._base import Frozen
 from ..schemas.workload import FineTune
 from ..workload.specs import _SHAPE_RE, SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)

@@ -424,8 +424,6 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     in the remaining budget is not started; one cut by the budget is recorded as 'budget' and rerun later.
     Trial folders live under <user data>/trials/<storage>/<study>, so two storages never share them.
     """
-    import optuna
-
     check_confirm_args(top_k, budget_s, steps, warmup)
     bundled = trainer_module == TRAINER
     if bundled:  # the real trainers measure this host: it must be the hardware the plans are for
