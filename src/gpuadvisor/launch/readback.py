@@ -426,6 +426,8 @@ _MEG_FP8_RECIPES = {"delayed": True, "tensorwise": True, "mxfp8": False, "blockw
 #: --transformer-impl choices and --attention-backend's (the AttnBackend enum) in megatron/training/arguments.py
 _MEG_IMPLS = ("transformer_engine", "local", "inference_optimized")
 _MEG_ATTN_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+#: Megatron-DeepSpeed's flash-attention switches (its default attention core is Megatron's unfused one)
+_MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton")
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2",
                  "--optimizer-cpu-offload", "--bf16", "--fp16", "--recompute-activations",
                  "--torch-fsdp2-no-reshard-after-forward",
@@ -433,12 +435,9 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
                  # Megatron-DeepSpeed: the DeepSpeed engine, its pipeline switch, CPU Adam, the flash kernels
-                 "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations",
-                 "--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton"}
+                 "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations", *_MDS_FLASH}
 #: Megatron-Core's modules that --recompute-granularity selective recomputes (nargs '*', default core_attn)
 _MEG_RECOMPUTE_MODULES = "--recompute-modules"
-#: Megatron-DeepSpeed's flash-attention switches (its default attention core is Megatron's unfused one)
-_MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton")
 
 
 def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments",

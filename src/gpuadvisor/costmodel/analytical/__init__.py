@@ -59,13 +59,11 @@ class Context:
         self.rate_max = peak * 1e12 * min(e_max, 0.95)
         self.x_half = curve.x_half
         self.w_half = curve.w_half
-        # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2 or cuDNN's
-        self.attn_rel = curve.attn_rel_cudnn if t.attention_kernel == "cudnn" else curve.attn_rel
-        # an unfused core ("eager") runs Q·Kᵀ and P·V as cuBLAS batched GEMMs (the GEMM rate) and moves the
+        # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2, cuDNN's,
+        # or an unfused core ("eager"), which runs Q·Kᵀ and P·V as cuBLAS batched GEMMs (the GEMM rate) and moves the
         # materialised scores through HBM in between (score_traffic, set with the model shape below)
         eager = t.attention_kernel == "eager"
-        if eager:
-            self.attn_rel = 1.0
+        self.attn_rel = {"cudnn": curve.attn_rel_cudnn, "eager": 1.0}.get(t.attention_kernel, curve.attn_rel)
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
