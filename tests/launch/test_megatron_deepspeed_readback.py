@@ -111,3 +111,9 @@ def test_recompute_modules_other_than_the_core_are_said():
 def test_a_misspelt_recompute_modules_flag_is_named():
     with pytest.raises(UserError, match="did you mean '--recompute-modules'"):
         read_megatron(["--recompute-granularity", "selective", "--recompute-modulez", "core_attn"], world=8)
+
+
+@pytest.mark.parametrize("flag,value", [("--recompute-granularity", "bogus"), ("--recompute-method", "every")])
+def test_recompute_words_outside_megatrons_choices_are_one_line_errors(flag, value):
+    with pytest.raises(UserError, match=f"{flag} must be one of .*Megatron's choices.*got '{value}'"):
+        read_megatron([flag, value, "--bf16"], world=8)

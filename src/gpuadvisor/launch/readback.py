@@ -438,6 +438,17 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations", *_MDS_FLASH}
 #: Megatron-Core's modules that --recompute-granularity selective recomputes (nargs '*', default core_attn)
 _MEG_RECOMPUTE_MODULES = "--recompute-modules"
+#: --recompute-granularity and --recompute-method choices (megatron/training/arguments.py _add_training_args)
+_MEG_RECOMPUTE_GRANULARITIES = ("full", "selective")
+_MEG_RECOMPUTE_METHODS = ("uniform", "block")
+
+
+def _meg_choice(where: str, flag: str, value: str, choices, hint: str = "") -> str:
+    """`value` if it is one of Megatron's argparse `choices` for `flag`, else the one-line error argparse makes."""
+    if value not in choices:
+        raise UserError(f"{where}: {flag} must be one of {', '.join(choices)} (Megatron's choices), got {value!r}"
+                        + (f"; {hint}" if hint else ""))
+    return value
 
 
 def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments",
@@ -506,6 +517,10 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if "--tp-comm-overlap" in switches:
             rb.plan["tp_comm_overlap"] = True
     gran = vals.get("--recompute-granularity")
+    if gran is not None:
+        _meg_choice(where, "--recompute-granularity", gran, _MEG_RECOMPUTE_GRANULARITIES)
+    if "--recompute-method" in vals:
+        _meg_choice(where, "--recompute-method", vals["--recompute-method"], _MEG_RECOMPUTE_METHODS)
     if "--checkpoint-activations" in switches and gran is None:
         gran = "full"
         if num("--checkpoint-num-layers", 1) > 1:
@@ -584,11 +599,8 @@ def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     deepspeed = "--deepspeed" in switches
     impl = vals.get("--transformer-impl", "local" if deepspeed else "transformer_engine")
     backend = vals.get("--attention-backend", "auto")
-    for flag, value, choices in (("--transformer-impl", impl, _MEG_IMPLS),
-                                 ("--attention-backend", backend, _MEG_ATTN_BACKENDS)):
-        if value not in choices:
-            raise UserError(f"{where}: {flag} must be one of {', '.join(choices)} (Megatron's choices), "
-                            f"got {value!r}")
+    _meg_choice(where, "--transformer-impl", impl, _MEG_IMPLS)
+    _meg_choice(where, "--attention-backend", backend, _MEG_ATTN_BACKENDS)
     flash_switch = next((f for f in _MDS_FLASH if f in switches), None)
     if flash_switch:
         rb.attention_kernel = "flash"
@@ -679,12 +691,8 @@ def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
     """--fp8-format (Transformer Engine FP8 Linears): precision fp8, the format and recipe checked as Megatron's
     argparse choices do."""
     fmt, recipe = vals["--fp8-format"], vals.get("--fp8-recipe", "delayed")
-    if fmt not in _MEG_FP8_FORMATS:
-        raise UserError(f"{where}: --fp8-format must be one of {', '.join(_MEG_FP8_FORMATS)} (Megatron's choices), "
-                        f"got {fmt!r}; hybrid is E4M3 forward, E5M2 gradients")
-    if recipe not in _MEG_FP8_RECIPES:
-        raise UserError(f"{where}: --fp8-recipe must be one of {', '.join(_MEG_FP8_RECIPES)} (Megatron's choices), "
-                        f"got {recipe!r}")
+    _meg_choice(where, "--fp8-format", fmt, _MEG_FP8_FORMATS, "hybrid is E4M3 forward, E5M2 gradients")
+    _meg_choice(where, "--fp8-recipe", recipe, tuple(_MEG_FP8_RECIPES))
     if rb.precision != "bf16":
         rb.notes.append(f"FP8 on top of {rb.precision} (no --bf16): predicted as FP8 Linears with bf16 elsewhere")
     if not _MEG_FP8_RECIPES[recipe]:
