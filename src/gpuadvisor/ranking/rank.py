@@ -25,11 +25,14 @@ def _shape(p) -> tuple:
 
 
 def complexity(dp: float, tp: float, pp: float, zero: float, offload: float, hpz: float = 1) -> float:
-    """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < offload 5, +1 for each of
-    TP and PP and for hpZ. DeepSpeed's guidance orders speed DDP >= ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload when the
-    model fits (DeepSpeed ZeRO tutorial / config docs); every extra parallel dimension is one more thing to tune
-    and debug (torchtitan enables them one at a time)."""
-    return zero + 2.0 * offload + (tp > 1) + (pp > 1) + (hpz > 1)
+    """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < ZeRO-3 + offload 6, +2 for
+    each of TP and PP, +1 for hpZ. DeepSpeed's guidance orders speed DDP >= ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload
+    when the model fits (DeepSpeed ZeRO tutorial / config docs). A ZeRO stage is a config switch; TP and PP each
+    rewrite the model (Megatron layers or DTensor parallelize plans; a split into stages with its schedule) and add a
+    dimension to tune and debug (torchtitan enables them one at a time: FSDP first, then TP, then PP), so each
+    counts two steps: PP + ZeRO-1 (3) is no simpler than ZeRO-3 (3), and a 2-D hybrid with ZeRO-1 (5) no simpler
+    than ZeRO-2 + offload (5)."""
+    return zero + 3.0 * offload + 2.0 * (tp > 1) + 2.0 * (pp > 1) + (hpz > 1)
 
 
 def _simpler_margin() -> float:
