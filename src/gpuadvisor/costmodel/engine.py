@@ -10,6 +10,7 @@ this module composes them. Rows are plain tuples: no pydantic object is built un
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Optional, Sequence
 
 import numpy as np
@@ -201,6 +202,15 @@ def _unique_degrees(a: np.ndarray) -> tuple[np.ndarray, list]:
     return keys, [tuple(int(x) for x in u) for u in uniq_arr.tolist()]
 
 
+def _as_array(rows: Sequence[tuple]) -> np.ndarray:
+    """The rows as one float array. From a list of tuples through one flat iterator: np.asarray converts tuple by
+    tuple and took 20 ms of the 100 ms that 31.7k rows (7B on 4 x 8 A100) cost to rank."""
+    if isinstance(rows, np.ndarray) or not isinstance(rows[0], tuple):
+        return np.asarray(rows, dtype=float)
+    w = len(rows[0])
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=len(rows) * w).reshape(len(rows), w)
+
+
 def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Rule, ...]] = None, *,
                    ag_bucket: Optional[Sequence[float]] = None, overlap: Optional[Sequence[bool]] = None) -> Batch:
     """Evaluate every row (candidates.COLUMNS): memory, feasibility, step time and its parts, traffic, rules.
@@ -212,7 +222,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     b.rows = rows
     if not len(rows):
         return b
-    a = np.asarray(rows, dtype=float)
+    a = _as_array(rows)
     b.a = a
     (dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn) = a.T[:18]
     off, sp = off > 0, sp > 0  # rc stays the share of layers that recompute (0, 1/interval, 1)
