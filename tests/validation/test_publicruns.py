@@ -386,3 +386,16 @@ def test_lora_phase_rows_are_refused_not_priced_as_full_training(runs):
     lora = next(r for r in runs if "phase=LoRA" in r.other_opts)
     with pytest.raises(Unsupported, match="LoRA fine-tuning"):
         to_inputs(lora, approximate=list(LIMITS))
+
+
+def test_nemo_llama3_recipes_overlap_tp_communication_and_qwen3_on_h100_does_not(runs):
+    """Megatron-Bridge's Llama 3 recipes set CommOverlapConfig(tp_comm_overlap=True) (and the Megatron-LM Llama 3
+    example follows NeMo's performance scripts); its Qwen3 235B H100 config sets it False. The rows do not say so."""
+    llama = _run(runs, "megatron_bridge_perf:261")
+    assert llama.model_name == "LLAMA3_70B" and "overlap" not in f"{llama.other_opts} {llama.notes}".lower()
+    inp = to_inputs(llama, approximate=list(LIMITS))
+    assert inp.plan.tp == 4 and inp.plan.tp_comm_overlap
+    assert any("CommOverlapConfig(tp_comm_overlap=True)" in a for a in inp.assumptions)
+    assert to_inputs(_run(runs, "megatron_lm:19"), approximate=list(LIMITS)).plan.tp_comm_overlap
+    qwen = to_inputs(_run(runs, "megatron_bridge_perf:265"), approximate=list(LIMITS)).plan
+    assert qwen.tp == 2 and qwen.sequence_parallel and not qwen.tp_comm_overlap

@@ -106,6 +106,14 @@ TORCHTITAN_SELECTIVE = ("torchtitan 'selective' with no option: the train config
                         "(train_configs/llama3_8b.toml selective_ac_option 'op')")
 #: Frameworks whose tensor parallelism runs with sequence parallelism.
 SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORECASE)
+#: NeMo / Megatron-Bridge performance recipes that overlap TP communication with the GEMMs (Transformer Engine
+#: userbuffers) without the row saying so: Llama 3. llama3_70b_pretrain_config sets CommOverlapConfig(
+#: tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192) and the per-GPU perf
+#: configs keep it (fp8 too: userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192); the 8B configs set tp_comm_overlap =
+#: tp > 1 (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py). Not the Qwen3 MoE
+#: recipes: Qwen3 235B on H100 sets tp_comm_overlap=False (scripts/performance/configs/qwen/qwen3_llm_pretrain.py).
+NEMO_RECIPES = re.compile(r"megatron-bridge|nemo", re.IGNORECASE)
+RECIPE_TP_OVERLAP_MODELS = re.compile(r"llama[ _]?3", re.IGNORECASE)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
 #: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). The PyTorch stacks
 #: run FlashAttention-2 / SDPA; Megatron-DeepSpeed below.
@@ -508,6 +516,10 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
                                     f"{run.other_opts} {run.notes}", re.IGNORECASE))
     if overlap:
         notes.append("TP communication overlapped with GEMMs (--tp-comm-overlap / async TP)")
+    elif sp and NEMO_RECIPES.search(run.framework) and RECIPE_TP_OVERLAP_MODELS.search(run.model_name):
+        overlap = True
+        notes.append("TP communication overlapped with GEMMs: the NeMo / Megatron-Bridge Llama 3 recipes' "
+                     "CommOverlapConfig(tp_comm_overlap=True)")
     try:
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
                     micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
