@@ -57,7 +57,9 @@ def test_megatron_tp8_rows_are_not_slower_than_its_tp1_row_by_the_split():
         # one attention kernel for both (cuDNN's, which the rows ran, moves the TP-1 row's larger core share more)
         wl = inp.workload.model_copy(update={"training": inp.workload.training.model_copy(
             update={"attention_kernel": "flash"})})
-        ratio[ref] = evaluate(inp.plan, Context(inp.cluster, wl)).step_s / runs[ref].measured_iter_time_s
+        ctx = Context(inp.cluster, wl)
+        ctx.tp_overlap_hidden = 1.0  # ... and the TP overlap the rows ran (Transformer Engine's userbuffers)
+        ratio[ref] = evaluate(inp.plan, ctx).step_s / runs[ref].measured_iter_time_s
     assert ratio["megatron_lm:4"] < 1.4, ratio
     assert ratio["megatron_lm:4"] / ratio["megatron_lm:1"] < 1.15, ratio
 

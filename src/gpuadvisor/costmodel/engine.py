@@ -268,10 +268,11 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # overlapped TP (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers split each sequence-parallel
     # all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes or produces it; torchtitan
     # async TP the same with SymmetricMemory; Wang et al. 2022 "Overlap communication with dependent computation
-    # via decomposition"): only what exceeds the layers' GEMM time shows; the hidden part costs `contention`
+    # via decomposition"): at most the layers' GEMM time hides, and of that the stack's share (TE userbuffers all,
+    # torch async TP half: calibration overlap.tp_overlap_hidden); the hidden part costs `contention`
     tpo = a[:, 19] > 0
-    t_tp = np.where(tpo, np.maximum(0.0, t_tp - layers * t_layer) + ctx.contention * np.minimum(t_tp, layers * t_layer),
-                    t_tp)
+    hid = ctx.tp_overlap_hidden * np.minimum(t_tp, layers * t_layer)
+    t_tp = np.where(tpo, t_tp - hid + ctx.contention * hid, t_tp)
     tp_sent = np.where(tp > 1, m * n_coll * 2.0 * (tp - 1) / tp * size, 0.0)
 
     # ---- expert parallelism: token all-to-alls on the critical path (_expert_alltoall) ----

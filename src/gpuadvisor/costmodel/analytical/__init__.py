@@ -108,6 +108,8 @@ class Context:
         self.ddp_step_s = float(ov.get("ddp_step_us", 0.0)) * 1e-6
         self.contention, self.bwd_window = float(oh["contention"]), float(oh["backward_window"])
         self.z3_contention = float(oh["zero3_contention"])
+        # overlapped TP's hidden share on this stack (TE userbuffers vs torch async TP)
+        self.tp_overlap_hidden = float((oh.get("tp_overlap_hidden") or {}).get(t.attention_kernel, 1.0))
         self.contention_by = {k: float(v) for k, v in (oh.get("contention_by_link") or {}).items()}
         self.ddp_gbytes = 4 if fp32 else int(pr["ddp_grad_bytes_mixed"])
         self.zero_gbytes = 4 if fp32 else int(pr["zero_grad_bytes_mixed"])
