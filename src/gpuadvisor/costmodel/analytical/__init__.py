@@ -109,7 +109,7 @@ class Context:
         self.contention, self.bwd_window = float(oh["contention"]), float(oh["backward_window"])
         self.z3_contention = float(oh["zero3_contention"])
         # overlapped TP's hidden share on this stack (TE userbuffers vs torch async TP)
-        self.tp_overlap_hidden = float((oh.get("tp_overlap_hidden") or {}).get(t.attention_kernel, 1.0))
+        self.tp_overlap_hidden = float(oh["tp_overlap_hidden"][t.attention_kernel])
         self.contention_by = {k: float(v) for k, v in (oh.get("contention_by_link") or {}).items()}
         self.ddp_gbytes = 4 if fp32 else int(pr["ddp_grad_bytes_mixed"])
         self.zero_gbytes = 4 if fp32 else int(pr["zero_grad_bytes_mixed"])
