@@ -215,6 +215,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             and NeMo run it).
     """
     from .workload.finetune import trainable_params
+    from .workload.settings import default_seq_note
     from .launch import build_launch
     from .ranking import apply_what_if, rank
 
@@ -234,6 +235,10 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         notes.append(f"global batch {t.global_batch}{tokens} per step is the default for '{wl.model.name}' "
                      f"({chosen.why}), not your run's: the best plan depends on it; pass --global-batch N "
                      "(API: global_batch=N)")
+    if seq_len is None and isinstance(model, str):
+        seq_note = default_seq_note(model, wl.training.seq_len)
+        if seq_note:
+            notes.append(seq_note)
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None

@@ -74,3 +74,23 @@ def test_make_workload_generic_defaults():
 def test_make_workload_rejects_unknown_setting():
     with pytest.raises(UserError, match="unknown training setting"):
         make_workload("gpt2", batch=4)
+
+
+def test_default_seq_note_only_when_shorter_than_the_models_context():
+    from gpuadvisor import api
+    from gpuadvisor.workload.settings import default_seq_note
+
+    # a rotary model at the 1024-token default, built for 4096: one note naming both and the flag
+    note = default_seq_note("llama-7b", 1024)
+    assert note is not None and "seq 1024 is the default" in note and "4,096 tokens" in note
+    assert "--seq-len N" in note
+    assert default_seq_note("7B", 1024) == note.replace("'llama-7b (6.738B)'", "'llama-7b (7B)'")
+    # GPT-2 XL's default is its whole learned table; a longer given seq, a shape or a config path: no note
+    assert default_seq_note("1.5B", 1024) is None
+    assert default_seq_note("llama-7b", 4096) is None
+    assert default_seq_note("L2-H64-A2", 1024) is None
+    assert default_seq_note("no-such-model", 1024) is None
+    s = api.suggest("llama-7b", preset="hgx-h100-8x", top=1, finetune="lora")
+    assert sum("--seq-len N" in n for n in s.notes) == 1
+    s = api.suggest("llama-7b", preset="hgx-h100-8x", top=1, finetune="lora", seq_len=1024)
+    assert not any("--seq-len N" in n for n in s.notes)  # a seq the user gave is not a default

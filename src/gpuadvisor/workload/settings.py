@@ -129,6 +129,20 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     return with_finetune(workload, ft, targets_flag), chosen
 
 
+def default_seq_note(model: str, seq_len: int) -> Optional[str]:
+    """One note when `seq_len` is the default and shorter than the context window of the catalog model `model`
+    names (Preset.context, from its config.json), else None: rotary models default to 1024 tokens
+    (training_settings), which sets activation memory and so the best plan, whatever the model was built for."""
+    try:
+        spec, preset = resolve_preset(model)
+    except UserError:
+        return None
+    if preset is None or spec.kind != "transformer" or not preset.context or preset.context <= seq_len:
+        return None
+    return (f"seq {seq_len} is the default, not your run's: '{spec.name}' takes up to {preset.context:,} tokens "
+            "per sequence; activation memory and the best plan depend on it; pass --seq-len N (API: seq_len=N)")
+
+
 def with_finetune(workload: Workload, finetune: FineTune, flag: str = "--lora-targets") -> Workload:
     """`workload` with `finetune`, validated: one-line UserError for a generic model or targets it does not have."""
     from .finetune import check_targets
