@@ -34,7 +34,10 @@ def _read(tmp_path, stage=1, pp=2, json_stage=None, extra="", **zero):
 def test_the_example_reads_as_3d_zero1_with_full_recompute(tmp_path):
     rb = _read(tmp_path, stage=1, pp=2, json_stage=1)
     assert rb.fmt == "Megatron-DeepSpeed arguments"
-    assert rb.plan == {"dp": 2, "tp": 2, "pp": 2, "mb": 2, "m": 128, "recompute": True, "zero": 1}
+    # the JSON leaves overlap_comm out: DeepSpeed's stage-1 default reduces after the backward
+    assert rb.plan == {"dp": 2, "tp": 2, "pp": 2, "mb": 2, "m": 128, "recompute": True, "zero": 1,
+                       "zero_overlap_comm": False}
+    assert any("no zero_optimization.overlap_comm" in n for n in rb.notes)
     assert rb.precision == "fp16" and rb.seq_len == 2048
     # Megatron's own layers, not Transformer Engine's: no cuDNN attention, and the unfused core is said
     assert rb.attention_kernel == "eager" and any("unfused attention core" in n for n in rb.notes)

@@ -211,3 +211,26 @@ def test_torchtitan_per_op_selective_checkpointing_reads_back_as_its_measured_la
             assert any("per-op selective" in n and "upper bound" in n for n in rb.notes)
     assert plans["op"] == plans["2"] and plans["op"].recompute and plans["op"].recompute_interval == 2
     assert plans["op"].zero_impl == "fsdp"  # torchtitan's FSDP2: priced without DeepSpeed's per-rank bookkeeping
+
+
+@pytest.mark.parametrize("stage,overlap", [(1, False), (2, False), (3, True)])
+def test_deepspeed_json_without_overlap_comm_reads_as_deepspeeds_default(tmp_path, stage, overlap):
+    """DeepSpeed overlaps the gradient reduction with backward by default at stage 3 only (zero/config.py
+    overlap_comm_valid); a stage 1/2 JSON that leaves it out reduces after the backward, which costs time."""
+    from gpuadvisor.costmodel.combine import estimate
+
+    cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": stage}}
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    rb = read_config(tmp_path / "ds.json", world=4, global_batch=8)
+    assert rb.plan.get("zero_overlap_comm", True) is overlap
+    assert any("no zero_optimization.overlap_comm" in n for n in rb.notes) is (not overlap)
+    if stage == 2:  # the same plan with the reduction overlapped is faster on the A6000s' PCIe
+        cfg["zero_optimization"]["overlap_comm"] = True
+        (tmp_path / "ds.json").write_text(json.dumps(cfg))
+        assert read_config(tmp_path / "ds.json", world=4, global_batch=8).plan["zero_overlap_comm"] is True
+        cl, wl = load_preset(PRESET), make_workload("300M", global_batch=8)
+        plan = parse_plan("dp=4,zero=2,mb=2,m=1", nodes=1, devices_per_node=4)
+        slow = estimate(plan.model_copy(update={"zero_overlap_comm": False}), cl, wl)
+        fast = estimate(plan, cl, wl)
+        assert slow.step_time_s > fast.step_time_s

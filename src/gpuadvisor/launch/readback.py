@@ -121,6 +121,12 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
         rb.plan["zero_allgather_bucket_size"] = int(float(bucket))
     if "overlap_comm" in z:
         rb.plan["zero_overlap_comm"] = bool(z["overlap_comm"])
+    elif stage in (1, 2):
+        # DeepSpeed's default overlaps gradient reduction with backward at stage 3 only (runtime/zero/config.py
+        # overlap_comm_valid: `overlap_comm = stage == 3`); stage 1/2 then reduce after the backward
+        rb.plan["zero_overlap_comm"] = False
+        rb.notes.append(f"no zero_optimization.overlap_comm: DeepSpeed's default at stage {stage} reduces gradients "
+                        "after the backward, not during it (predicted so); set \"overlap_comm\": true to overlap")
     if int(z.get("zero_hpz_partition_size", 1) or 1) > 1:
         rb.plan["zero_hpz_partition_size"] = int(z["zero_hpz_partition_size"])
     for prec in ("bf16", "fp16"):
@@ -656,6 +662,7 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
         _deepspeed_stage(stage, pp, switches, rb, where)
         return
     ds = _deepspeed_file(found, f"{where}: DeepSpeed config '{cfg}'")
+    rb.notes.extend(f"{found.name}: {n}" for n in ds.notes)
     js = int(ds.plan.get("zero", 0))
     if stage_arg is not None and js != stage:
         rb.notes.append(f"--zero-stage {stage} but {found.name} says stage {js}: DeepSpeed follows the JSON")
