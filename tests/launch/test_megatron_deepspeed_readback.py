@@ -120,3 +120,15 @@ def test_a_misspelt_recompute_modules_flag_is_named():
 def test_recompute_words_outside_megatrons_choices_are_one_line_errors(flag, value):
     with pytest.raises(UserError, match=f"{flag} must be one of .*Megatron's choices.*got '{value}'"):
         read_megatron([flag, value, "--bf16"], world=8)
+
+
+def test_the_pipeline_engine_reduces_after_the_flush_even_with_overlap_comm(tmp_path):
+    """DeepSpeed's pipeline engine syncs gradients in its ReduceGrads step after the flush; overlap_comm in the
+    JSON does not change that. Without pipelining the JSON's overlap_comm holds."""
+    rb = _read(tmp_path, stage=1, pp=2, json_stage=1, overlap_comm=True)
+    assert rb.plan["zero_overlap_comm"] is False and any("ReduceGrads" in n for n in rb.notes)
+    rb = _read(tmp_path, stage=1, pp=1, json_stage=1, extra=" --no-pipeline-parallel", overlap_comm=True)
+    assert rb.plan["zero_overlap_comm"] is True and not any("ReduceGrads" in n for n in rb.notes)
+    # no JSON: DeepSpeed's default overlaps at stage 3 only
+    assert read_megatron(["--deepspeed", "--zero-stage", "1"], world=8).plan["zero_overlap_comm"] is False
+    assert "zero_overlap_comm" not in read_megatron(["--deepspeed", "--zero-stage", "3"], world=8).plan

@@ -234,3 +234,39 @@ def test_deepspeed_json_without_overlap_comm_reads_as_deepspeeds_default(tmp_pat
         slow = estimate(plan.model_copy(update={"zero_overlap_comm": False}), cl, wl)
         fast = estimate(plan, cl, wl)
         assert slow.step_time_s > fast.step_time_s
+
+
+def test_megatron_gradient_sync_overlaps_only_when_asked(tmp_path):
+    """Megatron's --overlap-grad-reduce and --overlap-param-gather are off by default: without them the gradient
+    sync runs after the backward, which the prediction prices; emitted arguments read back to the same switch."""
+    from gpuadvisor.costmodel.combine import estimate
+    from gpuadvisor.launch.megatron import megatron_args
+    from gpuadvisor.launch.readback import read_megatron
+
+    base = ["--micro-batch-size", "2", "--global-batch-size", "16", "--bf16"]
+    rb = read_megatron(base, world=8)
+    assert rb.plan["zero_overlap_comm"] is False and any("no --overlap-grad-reduce" in n for n in rb.notes)
+    rb = read_megatron(base + ["--overlap-grad-reduce"], world=8)
+    assert "zero_overlap_comm" not in rb.plan and "--overlap-grad-reduce" not in rb.ignored
+    rb = read_megatron(base + ["--tensor-model-parallel-size", "2", "--use-distributed-optimizer",
+                               "--overlap-grad-reduce"], world=8)
+    assert rb.plan["zero"] == 1 and any("without --overlap-param-gather" in n for n in rb.notes)
+    assert "zero_overlap_comm" not in read_megatron(["--micro-batch-size", "2"], world=1).plan  # no DP, no sync
+    # the plan's switch round-trips through the emitted arguments
+    wl = make_workload("gpt2", global_batch=16, seq_len=512)
+    for spec in ("dp=4,mb=2,m=2", "dp=2,tp=2,zero=1,mb=2,m=4"):
+        for on in (True, False):
+            plan = parse_plan(spec, nodes=1, devices_per_node=4).model_copy(update={"zero_overlap_comm": on})
+            back = read_megatron(megatron_args(plan, wl, steps=10), world=4)
+            assert back.plan.get("zero_overlap_comm", True) is on, (spec, on)
+    # and costs time: 1.3B on the A6000s' PCIe, DDP and the distributed optimizer beside TP
+    cl, wl = load_preset(PRESET), make_workload("1.3B", global_batch=32, seq_len=1024)
+    for spec in ("dp=4,mb=2,m=4", "dp=2,tp=2,zero=1,mb=2,m=8"):
+        plan = parse_plan(spec, nodes=1, devices_per_node=4)
+        assert (estimate(plan.model_copy(update={"zero_overlap_comm": False}), cl, wl).step_time_s
+                > estimate(plan, cl, wl).step_time_s), spec
+    # DeepSpeed at stage 0 all-reduces after the backward whatever overlap_comm says
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                                                  "zero_optimization": {"stage": 0, "overlap_comm": True}}))
+    rb = read_config(tmp_path / "ds.json", world=4, global_batch=8)
+    assert rb.plan["zero_overlap_comm"] is False and any("ZeRO stage 0" in n for n in rb.notes)

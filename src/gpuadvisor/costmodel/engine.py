@@ -705,7 +705,11 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     bucket = bucket_mb * 2 ** 20
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
     t, last = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
-    ddp = _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)) + ctx.ddp_step_s
+    # not overlapped (`ovl` off): DeepSpeed's engine at stage 0 and its pipeline engine all-reduce after the
+    # backward (engine.py allreduce_gradients, pipe/engine.py ReduceGrads), Megatron without --overlap-grad-reduce
+    # in finalize_model_grads; PyTorch DDP always overlaps (the plans gpuadvisor enumerates)
+    ddp = np.where(ovl, _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)), t)
+    ddp = ddp + ctx.ddp_step_s
     zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
@@ -720,7 +724,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     bucket1 = g.rs(np.minimum(zbucket, zgb))
     meg = (_overlapped(rs1, bucket1, window, ctx.contention)
            + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
-    z1 = np.where(megatron & ovl, meg, z1)
+    # without --overlap-grad-reduce the distributed optimizer reduce-scatters after the backward
+    # (finalize_model_grads) and all-gathers after the step, both exposed
+    z1 = np.where(megatron, np.where(ovl, meg, rs1 + ag_after), z1)
     t2 = np.where(deepspeed, t1, g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s)
     last2 = np.where(deepspeed, last1, g.rs(np.minimum(zbucket, zgb)))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after

@@ -119,7 +119,13 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")
     if bucket is not None:
         rb.plan["zero_allgather_bucket_size"] = int(float(bucket))
-    if "overlap_comm" in z:
+    if stage == 0:
+        # no ZeRO: the engine all-reduces the gradients in buffers after the backward (engine.py
+        # allreduce_gradients -> buffered_allreduce_fallback), whatever overlap_comm says
+        rb.plan["zero_overlap_comm"] = False
+        rb.notes.append("ZeRO stage 0: DeepSpeed's engine all-reduces the gradients after the backward, not during "
+                        "it (PyTorch DDP overlaps them): predicted so")
+    elif "overlap_comm" in z:
         rb.plan["zero_overlap_comm"] = bool(z["overlap_comm"])
     elif stage in (1, 2):
         # DeepSpeed's default overlaps gradient reduction with backward at stage 3 only (runtime/zero/config.py
@@ -436,7 +442,7 @@ _MEG_ATTN_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 _MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-flash-attn-triton")
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2",
                  "--optimizer-cpu-offload", "--bf16", "--fp16", "--recompute-activations",
-                 "--torch-fsdp2-no-reshard-after-forward",
+                 "--torch-fsdp2-no-reshard-after-forward", "--overlap-grad-reduce", "--overlap-param-gather",
                  # Megatron-LM before 2022 and Megatron-DeepSpeed: full recompute of every layer (Megatron-LM's
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
@@ -571,9 +577,11 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
     if "--deepspeed" in switches:
         _megatron_deepspeed(vals, switches, rb, where, base)
-    elif "--no-pipeline-parallel" in switches or "--zero-stage" in vals:
-        rb.notes.append("--zero-stage / --no-pipeline-parallel act only with --deepspeed (Megatron-DeepSpeed): "
-                        "predicted without DeepSpeed")
+    else:
+        _megatron_grad_overlap(switches, rb)
+        if "--no-pipeline-parallel" in switches or "--zero-stage" in vals:
+            rb.notes.append("--zero-stage / --no-pipeline-parallel act only with --deepspeed (Megatron-DeepSpeed): "
+                            "predicted without DeepSpeed")
     if "--fp8-format" in vals:
         _megatron_fp8(vals, rb, where)
     elif "--fp8-recipe" in vals:
@@ -591,6 +599,24 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         rb.seq_len = num("--seq-length", 1)
     rb.world_size = world
     return rb
+
+
+def _megatron_grad_overlap(switches: set[str], rb: ReadBack) -> None:
+    """Megatron overlaps the data-parallel gradient sync with the backward only with --overlap-grad-reduce, and the
+    distributed optimizer's parameter all-gather with the next forward only with --overlap-param-gather (both off
+    by default: DistributedDataParallelConfig.overlap_grad_reduce, OptimizerConfig.overlap_param_gather); without
+    the first, finalize_model_grads syncs after the backward. FSDP2 (ZeRO-2/3) overlaps by itself."""
+    if int(rb.plan.get("dp", 1)) == 1 or int(rb.plan.get("zero", 0)) >= 2:
+        return
+    if "--overlap-grad-reduce" not in switches:
+        rb.plan["zero_overlap_comm"] = False
+        rb.notes.append("no --overlap-grad-reduce: Megatron syncs the gradients after the backward (its default), "
+                        "predicted so; add --overlap-grad-reduce (with the distributed optimizer also "
+                        "--overlap-param-gather) to hide it")
+    elif int(rb.plan.get("zero", 0)) == 1 and "--overlap-param-gather" not in switches:
+        rb.notes.append("--overlap-grad-reduce without --overlap-param-gather: Megatron all-gathers the updated "
+                        "parameters after the step, exposed; predicted with both overlapped (one plan switch): a "
+                        "little fast")
 
 
 def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, where: str) -> None:
@@ -686,6 +712,12 @@ def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, wher
         rb.plan["zero"] = stage
         if stage >= 2:
             rb.plan["zero_impl"] = "deepspeed"
+    if int(rb.plan.get("dp", 1)) > 1:
+        if pp > 1 and rb.plan.get("zero_overlap_comm", True):
+            rb.notes.append("DeepSpeed's pipeline engine reduces the gradients after the pipeline flush (its "
+                            "ReduceGrads step), not during the backward: predicted so")
+        if pp > 1 or (stage < 3 and "zero_overlap_comm" not in rb.plan):
+            rb.plan["zero_overlap_comm"] = False  # DeepSpeed's default overlaps at stage 3 only
     if "--cpu-optimizer" in switches and not rb.plan.get("offload"):
         rb.notes.append("--cpu-optimizer without offload_optimizer in DeepSpeed's JSON: predicted with the "
                         "optimizer on the GPU")

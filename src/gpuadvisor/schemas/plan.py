@@ -46,7 +46,11 @@ class Plan(Frozen):
     comm_hook: CommHook = Field("none", description="DDP gradient compression hook (changes numerics)")
     zero_reduce_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed reduce_bucket_size (elements)")
     zero_allgather_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed allgather_bucket_size (elements)")
-    zero_overlap_comm: bool = True
+    zero_overlap_comm: bool = Field(
+        True, description="Gradient reduction overlapped with the backward: DeepSpeed overlap_comm (its default: "
+        "stage 3 only), Megatron --overlap-grad-reduce (with the distributed optimizer also --overlap-param-gather); "
+        "PyTorch DDP and FSDP always overlap. Off: DDP, ZeRO-1/2 and the distributed optimizer sync after the "
+        "backward")
     zero_hpz_partition_size: int = Field(1, ge=1, description="ZeRO++ hpZ: secondary param shard group size (node)")
     zero_impl: Optional[ZeroImpl] = Field(
         None, description="Which runtime shards ZeRO-2/3: 'deepspeed' (DeepSpeed's ZeRO, whose Python walks every "
