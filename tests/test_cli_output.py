@@ -14,6 +14,8 @@ from gpuadvisor.cli.progress import LiveProgress
 NANO = "nano-cluster-2x2-a40-1gbe"
 COMMANDS = [
     ["suggest", "--model", "1.5B", "--preset", NANO, "--objective", "memory", "--top", "4"],
+    ["suggest", "--model", "1.5B", "--preset", NANO, "--objective", "cost", "--price-per-gpu-hour", "2",
+     "--token-budget", "1e10", "--top", "4"],
     ["suggest", "--model", "gpt2", "--preset", NANO, "--what-if", "nic=10gbe", "--what-if", "gpus=2x4,link=nvlink"],
     ["presets"],
     ["presets", "--full"],
@@ -105,3 +107,27 @@ def test_trial_status_coloured_on_a_terminal_only(monkeypatch):
     plain = FakeTTY()
     emit(confirm_view(result), make_console(plain, width=100))
     assert "\x1b[32m" not in plain.getvalue() and "\x1b[31m" not in plain.getvalue()
+
+
+def test_time_and_cost_rankings_show_what_they_sort_by(capsys, monkeypatch):
+    """--objective cost sorts by GPU-hours per token (x price): the table shows it, and the time to train a token
+    budget; a throughput ranking keeps its columns."""
+    monkeypatch.setenv("COLUMNS", "160")
+    base = ["suggest", "--model", "1.5B", "--preset", NANO, "--top", "3"]
+
+    def header(extra):
+        assert main(base + extra) == 0
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("#  plan"))
+
+    assert header(["--objective", "cost"]).split()[-1] == "GPU-h/Mtok"
+    assert header(["--objective", "cost", "--token-budget", "1e10", "--price-per-gpu-hour", "2"]).split()[-3:] == \
+        ["to", "train", "cost/Mtok"]
+    assert header(["--objective", "time", "--token-budget", "1e10"]).split()[-2:] == ["to", "train"]
+    assert header(["--token-budget", "1e10"]).split()[-1] == "net/step"
+    # the column is the ranking's key: GPU-hours per million tokens rise down the cost table, x price when given
+    assert main(base + ["--objective", "cost", "--price-per-gpu-hour", "2", "--token-budget", "1e10",
+                        "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["ranking"]["top"]
+    per_mtok = [e["plan"]["dp"] * e["plan"]["tp"] * e["plan"]["pp"] / e["tokens_per_s"] * 1e6 / 3600 for e in top]
+    assert per_mtok == sorted(per_mtok)
+    assert top[0]["cost"] == pytest.approx(2 * per_mtok[0] * 1e4, rel=1e-6)  # 1e10 tokens = 1e4 Mtok

@@ -1,7 +1,7 @@
 """Rendering of rankings and estimates for the terminal, through the shared rich layer (cli/console.py)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from rich.console import RenderableType
 
@@ -147,19 +147,46 @@ def ranking_view(r: Ranking, cluster: Cluster, workload: Workload, *, details: i
         if r.infeasible_reasons:
             lines.append("Rejected: " + "; ".join(f"{k} ({v})" for k, v in r.infeasible_reasons.items()))
         return Group(*parts, block(lines))
+    extra = objective_columns(r, unit)
+    # the time to train a budget stands in for the step time (still in each plan's breakdown): 80 columns hold it
+    step = [] if any(name == "to train" for name, _ in extra) else [("step", lambda e: f"{e.step_time_s * 1e3:.0f}ms")]
+    cols = [*step, ("peak mem", lambda e: human_bytes(e.memory.total)),
+            ("net/step", lambda e: human_bytes(e.network_bytes_per_step)), *extra]
     table = make_table(Column("#", justify="right", no_wrap=True), Column("plan", overflow="fold", min_width=12),
                        Column(unit, justify="right", no_wrap=True), Column("eff", justify="right", no_wrap=True),
-                       Column("step", justify="right", no_wrap=True),
-                       Column("peak mem", justify="right", no_wrap=True),
-                       Column("net/step", justify="right", no_wrap=True))
+                       *(Column(name, justify="right", no_wrap=True) for name, _ in cols))
     for i, e in enumerate(r.top, 1):
         eff = f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-"
-        table.add_row(str(i), plan_label(e), human_rate(e.tokens_per_s), eff, f"{e.step_time_s * 1e3:.0f}ms",
-                      human_bytes(e.memory.total), human_bytes(e.network_bytes_per_step))
+        table.add_row(str(i), plan_label(e), human_rate(e.tokens_per_s), eff, *(f(e) for _, f in cols))
     parts += [Text(""), table]
     for i, e in enumerate(r.top[:details], 1):
         parts += [Text(""), Text(f"#{i} {plan_label(e)}", style="bold"), block(render_estimate(e), indent=2)]
     return Group(*parts)
+
+
+def objective_columns(r: Ranking, unit: str) -> list[tuple[str, Callable[[Estimate], str]]]:
+    """The columns that show what a time or cost ranking sorts by: the time to train the token budget (when one is
+    given) and, for cost, GPU-hours per million tokens or samples (world size / rate, what rank() minimises), priced
+    when a price per GPU-hour is given (Estimate.cost is that price over the budget)."""
+    cols: list[tuple[str, Callable[[Estimate], str]]] = []
+    if r.objective not in ("time", "cost") or not r.top:
+        return cols
+    if any(e.time_to_train_s is not None for e in r.top):
+        cols.append(("to train", lambda e: human_time(e.time_to_train_s) if e.time_to_train_s is not None else "-"))
+    if r.objective == "cost":
+        per = "Mtok" if unit == "tok/s" else "M samples"
+
+        def gpu_hours(e: Estimate) -> float:
+            return e.plan.world_size / max(e.tokens_per_s, 1e-12) * 1e6 / 3600.0
+
+        priced = [(e.cost, e.plan.world_size * e.time_to_train_s / 3600.0) for e in r.top
+                  if e.cost is not None and e.time_to_train_s]
+        if priced:  # price per GPU-hour = cost / (world x hours); the same for every plan
+            price = priced[0][0] / priced[0][1]
+            cols.append((f"cost/{per}", lambda e: f"{price * gpu_hours(e):.3g}"))
+        else:
+            cols.append((f"GPU-h/{per}", lambda e: f"{gpu_hours(e):.3g}"))
+    return cols
 
 
 def whatif_view(base: Ranking, scenarios: list[tuple[str, Ranking]]) -> RenderableType:
