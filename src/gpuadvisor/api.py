@@ -117,6 +117,9 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
         from .hardware.cluster_file import load_cluster
 
         path = Path(cluster)
+        if path.is_dir():
+            raise UserError(f"cluster file '{path}' is a folder; give the YAML/JSON file in it "
+                            "(docs/cluster-file.md) or use --preset NAME")
         if not path.is_file():
             raise UserError(f"cluster file '{path}' not found; write one (docs/cluster-file.md) or use --preset NAME")
         return load_cluster(path), [f"cluster: file '{path}'"]

@@ -742,10 +742,16 @@ def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
 
 def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:
     """Detect the format by extension (.json, .toml, .yaml/.yml, anything else = Megatron arguments) and read it."""
+    fix = ("give a ds_config.json, torchtitan .toml, Accelerate .yaml or a Megatron argument file (as --emit writes "
+           "them)")
+    if path.is_dir():
+        raise UserError(f"--from '{path}' is a folder; {fix}")
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"--from file '{path}' not found; {fix}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read --from file '{path}': {exc}") from None
+        raise UserError(f"cannot read --from file '{path}': {exc}; {fix}") from None
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
