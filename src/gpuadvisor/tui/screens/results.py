@@ -16,7 +16,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, Label, Select, Static
 
-from ...cli.render import human_bytes, human_rate, human_time, plan_label
+from ...cli.render import human_bytes, human_rate, human_time, objective_columns, plan_label
 from ...schemas import Estimate
 from ..jobproc import JobCancelled
 from ..widgets import Field, bar_lines
@@ -224,10 +224,12 @@ class ResultsScreen(StepScreen):
         notes = [tui_wording(f"note: {n}") for n in r.notes if not _PRUNED_NOTE.match(n)]
         self.query_one("#rank-status", Static).update("\n".join([status, *notes]))
         table = self.query_one("#ranking", DataTable)
+        extra = objective_columns(r, RANKING_COLUMNS[2])  # what a time or cost ranking sorts by, as the CLI shows
         rows = [(str(i), plan_label(e), human_rate(e.tokens_per_s),
                  f"{e.scaling_efficiency:.2f}" if e.scaling_efficiency is not None else "-",
-                 human_bytes(e.memory.total), human_bytes(e.network_bytes_per_step)) for i, e in enumerate(r.top, 1)]
-        fill_table(table, RANKING_COLUMNS, rows)
+                 human_bytes(e.memory.total), human_bytes(e.network_bytes_per_step), *(f(e) for _, f in extra))
+                for i, e in enumerate(r.top, 1)]
+        fill_table(table, (*RANKING_COLUMNS, *(name for name, _ in extra)), rows)
         if not r.top:
             why = [tui_wording(f"Nothing fits. {r.fits_nowhere or ''}".rstrip())]
             if r.infeasible_reasons:
