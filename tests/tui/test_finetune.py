@@ -72,3 +72,17 @@ async def test_results_rank_the_lora_workload():
         await goto(pilot, "results")
         assert app.suggestion is not None and app.suggestion.workload.finetune.method == "lora"
 
+
+
+@run_async
+async def test_a_default_seq_shorter_than_the_model_takes_is_said_with_the_field():
+    app = make_app(model="llama-2-7b")
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        status = app.screen.query_one("#workload-status", Static)
+        shown = " ".join(text_of(status).split())
+        assert "seq 1024 is the default" in shown and "4,096 tokens" in shown and "pass Seq length N" in shown, shown
+        assert "--seq-len" not in shown and "API:" not in shown  # the TUI's words, not the CLI's
+        app.screen.query_one("#seq-len", Input).value = "1024"  # given: no longer a default
+        await pilot.pause()
+        assert "is the default, not your run's" not in " ".join(text_of(status).split())

@@ -12,8 +12,9 @@ from textual.widgets import Input, Label, Select, Static
 
 from ...cli.render import describe_finetune, describe_workload
 from ...schemas.workload import PRECISIONS
+from ...workload.settings import default_seq_note
 from ..widgets import Field
-from ..wording import error_line
+from ..wording import error_line, tui_wording
 from .base import StepScreen
 
 #: Attention kernels: (label, TrainingSettings.attention_kernel) — docs/cost-model.md "FP8 training and the
@@ -147,5 +148,8 @@ class ModelScreen(StepScreen):
         tuning = f"\n  {tuning}" if tuning else ""
         default = (f"\n  global batch {t.global_batch} is the default ({chosen.why}); set Global batch to change it"
                    if chosen is not None else "")
+        seq_note = default_seq_note(model, t.seq_len) if self._int("#seq-len") is None else None
+        if seq_note:  # the sequence length is a default shorter than the model takes (as suggest notes it)
+            default += "\n  " + tui_wording(seq_note)
         status.update(Text(f"✓ {describe_workload(wl)}{budget}{tuning}{default}\n  {wl.tokens_per_step:,} tokens per "
                            f"step; {wl.model.source or ''}".rstrip()))
