@@ -92,7 +92,9 @@ async def test_model_validation_is_inline():
 
 
 @run_async
-async def test_goal_cost_needs_price_and_budget():
+async def test_goal_cost_needs_price_and_ranks_by_its_column():
+    """The cost goal asks for a price; its results table adds what it sorts by (cli.render.objective_columns, as
+    the CLI prints it)."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await goto(pilot, "goal")
@@ -108,6 +110,17 @@ async def test_goal_cost_needs_price_and_budget():
         app.screen.query_one("#price", Input).value = "1.5"
         await pilot.pause()
         assert app.price_per_gpu_hour == 1.5
+        await settle(pilot)
+        await pilot.press("ctrl+n")
+        await settle(pilot)
+        assert app.current_mode == "results", notifications(app)
+        table = app.screen.query_one("#ranking", DataTable)
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[:6] == ["#", "plan", "tok/s", "eff", "peak mem", "net/step"]
+        key = labels[-1]
+        assert key in ("GPU-h/Mtok", "cost/Mtok"), labels
+        values = [float(table.get_cell(str(i), key)) for i in range(1, table.row_count + 1)]
+        assert values and values == sorted(values)
 
 
 @run_async
@@ -161,32 +174,6 @@ async def test_results_table_detail_and_what_if():
         assert app.what_if == ["nic=100gbe"]
         assert "what-if" in text_of(app.screen.query_one("#rank-status", Static))
         assert app.suggestion.ranking.top[0].tokens_per_s >= best
-
-
-@needs_pipeline
-@run_async
-async def test_a_cost_ranking_shows_its_key_column():
-    """The results table adds what a cost ranking sorts by (cli.render.objective_columns, as the CLI prints it)."""
-    app = make_app()
-    async with app.run_test(size=SIZE) as pilot:
-        await goto(pilot, "goal")
-        from textual.widgets import RadioSet
-
-        app.screen.query_one("#goal", RadioSet).focus()
-        await pilot.press("down", "down", "down", "enter")  # fastest -> memory -> time -> cost
-        app.screen.query_one("#price", Input).value = "1.5"
-        await settle(pilot)
-        assert app.objective == "cost"
-        await pilot.press("ctrl+n")
-        await settle(pilot)
-        assert app.current_mode == "results", notifications(app)
-        table = app.screen.query_one("#ranking", DataTable)
-        labels = [str(c.label) for c in table.columns.values()]
-        assert labels[:6] == ["#", "plan", "tok/s", "eff", "peak mem", "net/step"]
-        key = labels[-1]
-        assert key in ("GPU-h/Mtok", "cost/Mtok"), labels
-        values = [float(table.get_cell(str(i), key)) for i in range(1, table.row_count + 1)]
-        assert values and values == sorted(values)
 
 
 def _files(d: Path) -> dict[str, str]:
