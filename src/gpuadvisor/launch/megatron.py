@@ -120,13 +120,15 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a.append("--sequence-parallel")
     if plan.tp_comm_overlap:
         a.append("--tp-comm-overlap")  # Transformer Engine userbuffers (needs TE; Megatron validate_args)
-    overlap = ["--overlap-grad-reduce"] if plan.zero_overlap_comm else []  # Plan.zero_overlap_comm (default on)
+    # Plan.zero_overlap_comm (default on): the gradient sync hidden behind the backward
     if plan.zero_stage in (1, 2):
-        a += ["--use-distributed-optimizer", *overlap, *(["--overlap-param-gather"] if overlap else [])]
+        a.append("--use-distributed-optimizer")
+        if plan.zero_overlap_comm:
+            a += ["--overlap-grad-reduce", "--overlap-param-gather"]
     elif plan.zero_stage == 3:
         a += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist"]
-    elif plan.dp > 1:
-        a += overlap
+    elif plan.dp > 1 and plan.zero_overlap_comm:
+        a.append("--overlap-grad-reduce")
     if plan.zero_offload:
         a += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
     if plan.recompute and plan.recompute_interval == 1:

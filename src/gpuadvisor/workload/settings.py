@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 from ..errors import UserError, validation_message
 from ..schemas.workload import ATTENTION_KERNELS, PRECISIONS, FineTune, ModelSpec, TrainingSettings, Workload
 from .batch_defaults import SMALL_MODEL_BATCH, BatchDefault, default_batch
-from .catalog import Preset
+from .catalog import Preset, lookup
+from .hf_config import looks_like_path
 from .specs import resolve_preset
 
 DEFAULT_SEQ_LEN = 1024
@@ -132,7 +133,10 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
 def default_seq_note(model: str, seq_len: int) -> Optional[str]:
     """One note when `seq_len` is the default and shorter than the context window of the catalog model `model`
     names (Preset.context, from its config.json), else None: rotary models default to 1024 tokens
-    (training_settings), which sets activation memory and so the best plan, whatever the model was built for."""
+    (training_settings), which sets activation memory and so the best plan, whatever the model was built for.
+    A config.json path has no catalog entry: it is not read again here (suggest and the TUI already read it)."""
+    if lookup(model) is None and looks_like_path(model):
+        return None
     try:
         spec, preset = resolve_preset(model)
     except UserError:
