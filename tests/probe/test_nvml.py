@@ -122,3 +122,19 @@ def test_error_reason_text():
     assert error_reason(pynvml.NVMLError_GpuIsLost()) == "GpuIsLost: GPU is lost"
     assert error_reason(pynvml.NVMLError_NotSupported()) == "NotSupported: Not Supported"
     assert error_reason(ValueError("bad")) == "ValueError: bad"
+
+
+def test_missing_library_reads_as_pynvml_would_without_importing_it(monkeypatch):
+    """No libnvidia-ml: the same reason pynvml's nvmlInit gives, and pynvml is never imported (its import is ~50 ms
+    of `suggest` on a GPU-less machine); with the library present the real module is used."""
+    import gpuadvisor.probe.nvml as nvml_mod
+    imported = []
+    monkeypatch.setattr(nvml_mod, "load_pynvml", lambda: imported.append(1) or FakeNVML(gpus=[FakeGpu()]))
+    monkeypatch.setattr(nvml_mod, "_LINUX_NVML", "libgpuadvisor-no-such-library.so.1")
+    monkeypatch.setattr(nvml_mod.sys, "platform", "linux")
+    r = read_nvml()
+    assert r.gpus == [] and imported == []
+    assert r.error == ("NVML unavailable (" + error_reason(pynvml.NVMLError_LibraryNotFound())
+                       + "); no NVIDIA driver on this host?")
+    monkeypatch.setattr(nvml_mod, "nvml_library_missing", lambda: None)
+    assert len(read_nvml().gpus) == 1 and imported == [1]

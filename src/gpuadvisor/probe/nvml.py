@@ -8,6 +8,7 @@ so tests pass a fake with the pynvml API that raises each NVMLError kind.
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, Optional
 
 from pydantic import Field
@@ -41,6 +42,26 @@ class NvmlReading(Frozen):
     cuda_version: Optional[str] = Field(None, description="Highest CUDA version the driver supports, e.g. 12.4")
     error: Optional[str] = Field(None, description="Why NVML gave nothing (no library, no GPU...)")
     missing: list[Missing] = Field(default_factory=list, description="Host-level fields NVML did not give")
+
+
+#: The library pynvml opens on Linux (pynvml._LoadNvmlLibrary: CDLL("libnvidia-ml.so.1"))
+_LINUX_NVML = "libnvidia-ml.so.1"
+
+
+def nvml_library_missing() -> Optional[str]:
+    """On Linux, why NVML's shared library cannot be opened (None if it can, or on another OS).
+
+    The check pynvml's nvmlInit would make first, without importing pynvml: its 5,000 lines of ctypes
+    structures take ~50 ms to import, a tenth of `gpuadvisor suggest` on a machine without a GPU, where
+    the answer is always the same. The text is pynvml's NVMLError_LibraryNotFound in error_reason's form.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        ctypes.CDLL(_LINUX_NVML)
+    except OSError:
+        return "LibraryNotFound: NVML Shared Library Not Found"
+    return None
 
 
 def load_pynvml() -> Any:
@@ -190,6 +211,9 @@ def read_nvml(nvml: Any = None) -> NvmlReading:
         Per-field failures are in each GpuInfo's `missing`, host-level ones in `missing`.
     """
     if nvml is None:
+        missing_library = nvml_library_missing()
+        if missing_library:
+            return NvmlReading(error=_unavailable(missing_library))
         nvml = load_pynvml()
         if nvml is None:
             return NvmlReading(error="nvidia-ml-py (pynvml) is not installed: pip install nvidia-ml-py")
@@ -197,7 +221,7 @@ def read_nvml(nvml: Any = None) -> NvmlReading:
     try:
         nvml.nvmlInit()
     except Exception as exc:  # any failure to start NVML means "no NVML here", never a crash
-        return NvmlReading(error=f"NVML unavailable ({error_reason(exc)}); no NVIDIA driver on this host?")
+        return NvmlReading(error=_unavailable(error_reason(exc)))
     try:
         return _read_initialised(r)
     finally:
@@ -205,6 +229,10 @@ def read_nvml(nvml: Any = None) -> NvmlReading:
             nvml.nvmlShutdown()
         except Exception:  # shutting down a half-broken NVML must not hide the reading
             pass
+
+
+def _unavailable(reason: str) -> str:
+    return f"NVML unavailable ({reason}); no NVIDIA driver on this host?"
 
 
 def _read_initialised(r: _Reader) -> NvmlReading:
