@@ -48,6 +48,17 @@ FOUR_RANK = {
     "zero3_tp2xdp2": job(tp=2, dp=2, zero_stage=3),
     "zero1_pp2xdp2": job(pp=2, dp=2, zero_stage=1, num_micro_batches=2),
     "zero3_pp2xdp2_tied": job(TIED, pp=2, dp=2, zero_stage=3, num_micro_batches=2),
+    # TP inside each pipeline stage (torchtitan's order), whole activations or sequence shards between stages
+    "tp2xpp2_1f1b": job(tp=2, pp=2, num_micro_batches=2, pp_schedule="1f1b"),
+    "tp2xpp2_interleaved_sp_tied": job(TIED, tp=2, pp=2, num_micro_batches=2, pp_schedule="interleaved",
+                                       pp_virtual_stages=2, sequence_parallel=True),
+}
+# 3D: TP x PP x DP with DDP-style replication, Megatron's distributed optimizer (ZeRO-1) and FSDP2 per stage (ZeRO-3);
+# 8 ranks on 2 cores, so one launch of three tiny jobs (~45 s)
+EIGHT_RANK = {
+    "tp2xpp2xdp2": job(tp=2, pp=2, dp=2, num_micro_batches=2),
+    "zero1_tp2xpp2xdp2_tied": job(TIED, tp=2, pp=2, dp=2, zero_stage=1, num_micro_batches=2),
+    "zero3_tp2xpp2xdp2_sp": job(tp=2, pp=2, dp=2, zero_stage=3, num_micro_batches=2, sequence_parallel=True),
 }
 
 
@@ -58,12 +69,13 @@ def baseline(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """name -> RunMetrics for the baseline, all 2-rank and all 4-rank jobs."""
+    """name -> RunMetrics for the baseline, all 2-, 4- and 8-rank jobs."""
     from gpuadvisor.trainers.strategies.zero import ensure_deepspeed_ops
 
     ensure_deepspeed_ops()  # build DeepSpeed's JIT op once, before ranks race to build it
     return run_groups(tmp_path_factory,
-                      ((1, {"single": job(), "single_tied": job(TIED)}), (2, TWO_RANK), (4, FOUR_RANK)))
+                      ((1, {"single": job(), "single_tied": job(TIED)}), (2, TWO_RANK), (4, FOUR_RANK),
+                                        (8, EIGHT_RANK)))
 
 
 def test_baseline_learns_something(runs):
@@ -72,14 +84,14 @@ def test_baseline_learns_something(runs):
     assert abs(losses[0] - math.log(64)) < 0.1  # uniform tokens: starts at ln(vocab)
 
 
-@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK])
+@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK, *EIGHT_RANK])
 def test_same_losses_as_single_process(runs, name):
     base = global_losses(runs[baseline(name)])
     got = global_losses(runs[name])
     assert got == pytest.approx(base, rel=RTOL), f"{name}: {got} vs single {base}"
 
 
-@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK])
+@pytest.mark.parametrize("name", [*TWO_RANK, *FOUR_RANK, *EIGHT_RANK])
 def test_same_total_tokens_as_single_process(runs, name):
     """Appendix F token rules give every strategy the tokens of the single run (4 steps x 4 x 16)."""
     assert runs[name].summary.total_tokens == runs["single"].summary.total_tokens == 4 * 4 * 16
@@ -93,6 +105,10 @@ def test_token_counting_per_rank(runs):
     assert [r.tokens for r in runs["tp2xdp2"].ranks] == [128, 128, 128, 128]
     assert [r.tokens for r in runs["zero3_tp2xdp2"].ranks] == [128, 128, 128, 128]
     assert [r.tokens for r in runs["zero3_pp2xdp2_tied"].ranks] == [0, 0, 128, 128]  # last stage counts
+    # TP x PP: both TP ranks of the last stage count their replica (the TP rule takes the max), one owns the loss
+    assert [r.tokens for r in runs["tp2xpp2_1f1b"].ranks] == [0, 0, 256, 256]
+    assert [bool(r.losses) for r in runs["tp2xpp2_1f1b"].ranks] == [False, False, True, False]
+    assert [r.tokens for r in runs["zero1_tp2xpp2xdp2_tied"].ranks] == [0] * 4 + [128] * 4
 
 
 def test_metrics_are_complete(runs):

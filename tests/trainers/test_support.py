@@ -10,7 +10,9 @@ def test_unsupported_reasons():
     wl = make_workload(model_from_args(layers=4, hidden=64, heads=4, ffn=128, vocab=128, seq=32, name="t"),
                        seq_len=32, global_batch=8, precision="fp32")
     hybrid = Plan(tp=2, pp=2, micro_batch_size=1, num_micro_batches=8, devices_per_node=4)
-    assert "tp > 1 with pp > 1" in unsupported_reason(hybrid, wl, cuda=True)
+    assert unsupported_reason(hybrid, wl, cuda=True) is None  # TP inside each pipeline stage
+    assert "tp=2 must divide n_heads=3" in unsupported_reason(hybrid, wl.model_copy(
+        update={"model": wl.model.model_copy(update={"n_heads": 3, "d_model": 63})}), cuda=True)
     hook = Plan(dp=2, comm_hook="bf16", micro_batch_size=4, devices_per_node=2)
     assert "CUDA" in unsupported_reason(hook, wl, cuda=False)
     assert unsupported_reason(hook, wl, cuda=True) is None
@@ -19,20 +21,20 @@ def test_unsupported_reasons():
 
 
 def test_zero_with_tp_or_pp():
-    """ZeRO-1 with TP or PP, ZeRO-2/3 with TP and ZeRO-3 with PP run; ZeRO with TP and PP together does not."""
+    """ZeRO-1 with TP and/or PP, ZeRO-2/3 with TP and ZeRO-3 with PP (also beside TP) run; not in fp16 on GPUs."""
     wl = make_workload(model_from_args(layers=4, hidden=64, heads=4, ffn=128, vocab=128, seq=32, name="t"),
                        seq_len=32, global_batch=8, precision="bf16")
     fp16 = wl.model_copy(update={"training": wl.training.model_copy(update={"precision": "fp16"})})
     runnable = [Plan(dp=2, tp=2, zero_stage=z, micro_batch_size=4, devices_per_node=4) for z in (1, 2, 3)]
     runnable += [Plan(dp=2, pp=2, zero_stage=z, micro_batch_size=2, num_micro_batches=2, devices_per_node=4)
                  for z in (1, 3)]
+    runnable += [Plan(dp=2, tp=2, pp=2, zero_stage=z, micro_batch_size=2, num_micro_batches=2, devices_per_node=8)
+                 for z in (0, 1, 3)]
     for plan in runnable:
         assert unsupported_reason(plan, wl, cuda=False) is None, plan.to_string()
         assert unsupported_reason(plan, wl, cuda=True) is None, plan.to_string()
         assert unsupported_reason(plan, fp16, cuda=False) is None  # CPU runs fp32 whatever is asked
         assert "fp16" in unsupported_reason(plan, fp16, cuda=True)
-    three_d = Plan(dp=2, tp=2, pp=2, zero_stage=1, micro_batch_size=2, num_micro_batches=2, devices_per_node=8)
-    assert "tp > 1 with pp > 1" in unsupported_reason(three_d, wl, cuda=True)
 
 
 def test_trial_planner_offers_only_runnable_plans():

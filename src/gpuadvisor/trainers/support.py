@@ -1,10 +1,10 @@
 """Which plans the bundled trainers can run (torch-free, so the trial planner can ask before launching).
 
-They run: single device; DDP; TP and TP x DP; PP and PP x DP (GPipe, 1F1B, interleaved); DeepSpeed ZeRO 1-3
-(with offload and hpZ) for pure data parallelism; ZeRO-1 with TP or PP (a distributed optimizer over "dp");
-ZeRO-2/3 with TP (FSDP2 x TP); ZeRO-3 with PP (FSDP2 per stage). `Plan` itself refuses ZeRO-2 with PP and
-offload/hpZ with TP or PP. Not run: TP combined with PP (with or without ZeRO), and fp16 loss scaling with
-pipelining or with ZeRO next to TP/PP.
+They run: single device; DDP; TP and TP x DP; PP and PP x DP (GPipe, 1F1B, interleaved); TP x PP and TP x PP x DP
+(TP inside each stage); DeepSpeed ZeRO 1-3 (with offload and hpZ) for pure data parallelism; ZeRO-1 with TP
+and/or PP (a distributed optimizer over "dp"); ZeRO-2/3 with TP (FSDP2 x TP); ZeRO-3 with PP, with or without TP
+(FSDP2 per stage). `Plan` itself refuses ZeRO-2 with PP and offload/hpZ with TP or PP. Not run: fp16 loss scaling
+with pipelining or with ZeRO next to TP/PP.
 
 The model is the spec's: GPT-2 or Llama-family blocks, dense or MoE (`blocks.py`), under every strategy above.
 TP keeps whole heads per rank, so tp must divide n_heads and n_kv_heads (grouped-query attention) and the
@@ -119,8 +119,6 @@ def ep_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
 def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
     """Why the bundled trainers cannot run `plan` (None if they can). `cuda`: the ranks have GPUs."""
     fp16 = workload.training.precision == "fp16" and cuda  # CPU runs fp32 whatever is asked
-    if plan.tp > 1 and plan.pp > 1:
-        return "the bundled trainers do not combine tp > 1 with pp > 1; use TP x DP or PP x DP (with or without ZeRO)"
     if plan.tp_comm_overlap:
         return ("the bundled trainers do not overlap TP communication with GEMMs (tp_comm_overlap needs Megatron's "
                 "--tp-comm-overlap or torchtitan's async TP: megatron_args.txt / torchtitan.toml); use "

@@ -13,9 +13,9 @@ from .base import Strategy
 
 def build_strategy(ctx: Context) -> Strategy:
     """Expert parallelism for ep > 1 (`expert.py`: DDP, ZeRO-1, ZeRO-2/3 over dp); DeepSpeed ZeRO for pure-DP ZeRO
-    plans (FSDP2 for ZeRO-2/3 when GPUADVISOR_ZERO_IMPL or the job's zero_impl says fsdp); FSDP2 x TP for
-    ZeRO-2/3 with tp > 1; else pipeline (PP, PP x DP, with ZeRO-1/3 per stage), tensor (TP, TP x DP, ZeRO-1 x TP),
-    DDP, or single device."""
+    plans (FSDP2 for ZeRO-2/3 when GPUADVISOR_ZERO_IMPL or the job's zero_impl says fsdp); pipeline for pp > 1
+    (PP, PP x DP, TP x PP, TP x PP x DP, with ZeRO-1/3 over dp); FSDP2 x TP for ZeRO-2/3 with tp > 1; else tensor
+    (TP, TP x DP, ZeRO-1 x TP), DDP, or single device."""
     p = ctx.plan
     why = unsupported_reason(p, ctx.job.workload, cuda=ctx.is_cuda)
     if why:
@@ -37,12 +37,12 @@ def build_strategy(ctx: Context) -> Strategy:
     if p.zero_stage and p.tp == 1 and p.pp == 1:
         from .zero import Zero
         return Zero(ctx)
+    if p.pp > 1:  # with or without TP inside the stages and ZeRO-1/3 over "dp"
+        from .pipeline import Pipeline
+        return Pipeline(ctx)
     if p.zero_stage in (2, 3) and p.tp > 1:
         from .fsdp import FsdpTensorParallel
         return FsdpTensorParallel(ctx)
-    if p.pp > 1:
-        from .pipeline import Pipeline
-        return Pipeline(ctx)
     if p.tp > 1:
         from .tensor import TensorParallel
         return TensorParallel(ctx)

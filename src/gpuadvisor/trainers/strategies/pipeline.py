@@ -23,7 +23,17 @@ layout without TP); zero_stage 1 keeps plain stages, averages their gradients ov
 after the flush (Megatron's default, no overlap) and steps a distributed optimizer (`zero1.py`).
 `ZeroRedundancyOptimizer` cannot broadcast `replicate`'s DTensor parameters ("c10d.broadcast_ has no
 sharding strategy"), hence the plain stages.
-Token accounting (Appendix F): only the last stage counts tokens; the others report 0.
+TP x PP (x DP): every stage's blocks are cut over the "tp" mesh dimension with `tensor.py`'s plan before the
+stage is wrapped (torchtitan's order: TP inside each stage, then FSDP/replicate over "dp", then the schedule).
+The stages of one TP rank exchange plain tensors over their "pp" group: whole activations without sequence
+parallel, this rank's sequence shard with it (Megatron sends the same b·s·h/tp with SP; without it Megatron
+scatter-gathers to send h/tp and re-gathers, which changes bytes, not values). Every TP rank of the last stage
+computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between the first and the
+last stage (each TP rank keeps whole, equal copies). ZeRO-1 x TP x PP (Megatron's distributed optimizer in
+3D) turns each stage's DTensor parameters into local tensors first (`_pre_dp_module_transform`, as `tensor.py`
+does before DDP), so the flat gradient average and `ZeroRedundancyOptimizer` see plain tensors.
+Token accounting (Appendix F): only the last stage counts tokens; the others report 0 (with TP, each TP rank of
+the last stage counts its replica's tokens, and the TP rule takes their maximum).
 """
 from __future__ import annotations
 
@@ -50,7 +60,8 @@ def replicate_stage(mod, dp_mesh):
 
 
 class Pipeline(Strategy):
-    """PP over the "pp" mesh dimension, optionally data-parallel over "dp" (2D PP x DP, ZeRO-1 or ZeRO-3)."""
+    """PP over the "pp" mesh dimension, optionally tensor-parallel over "tp" inside each stage and data-parallel
+    over "dp" (PP x DP, TP x PP, TP x PP x DP; ZeRO-1 or ZeRO-3 over "dp")."""
 
     name = "pp"
 
@@ -62,6 +73,10 @@ class Pipeline(Strategy):
             raise ValueError("pp_virtual_stages > 1 needs pp_schedule 'interleaved'")
         if self.scaler is not None:
             raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
+        if plan.tp > 1:
+            from .tensor import check_tp
+
+            check_tp(ctx, self.seq_len)
         n_chunks = pp * v
         ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
         # head starts as a copy of the embedding; tied grads synced per step
@@ -74,6 +89,14 @@ class Pipeline(Strategy):
         stages: list[_PipelineStageBase] = []
         for s in self.stage_ids:
             mod = GPTStage(gpt, *ranges[s], is_first=s == 0, is_last=s == n_chunks - 1).to(ctx.device)
+            if plan.tp > 1:  # TP inside the stage (tensor.py's plan), before any data-parallel wrapper
+                from .tensor import parallelize_gpt
+
+                mod = parallelize_gpt(mod, ctx.mesh_dim("tp"), plan.sequence_parallel)
+                if plan.zero_stage == 1:  # plain tensors for the flat dp average and ZeroRedundancyOptimizer
+                    from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+                    _pre_dp_module_transform(mod)
             self.modules.append(mod)
             if plan.zero_stage == 3:  # torchtitan 3D: FSDP per stage
                 from .fsdp import shard_gpt
@@ -92,14 +115,17 @@ class Pipeline(Strategy):
             self.schedule = Schedule1F1B(stages[0], m, loss_fn=loss_fn)
         else:
             self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
-        params = [p for mod in self.modules for p in mod.parameters()]
+        # taken before the first forward: `_pre_dp_module_transform`'s hooks swap the TP parameters for DTensor
+        # attributes during forward, after which mod.parameters() no longer lists them (their gradients still land
+        # on these objects)
+        self.params = params = [p for mod in self.modules for p in mod.parameters()]
         if plan.zero_stage == 1:  # Megatron's distributed optimizer: states sharded over "dp"
             from .zero1 import zero1_optimizer
 
             self.optimizer: Any = zero1_optimizer(params, ctx, ctx.group("dp"))
         else:
             self.optimizer = make_optimizer(params, ctx)
-        self.owns_loss = self.is_last
+        self.owns_loss = self.is_last and ctx.coords["tp"] == 0  # TP ranks of the last stage share one loss
         self.tied_group, self.tied_params = self._tied_embedding_group(ctx)
 
     def _tied_embedding_group(self, ctx: Context):
@@ -112,13 +138,14 @@ class Pipeline(Strategy):
         import torch.distributed as dist
 
         pp, r = ctx.plan.pp, ctx.coords["pp"]
+        here = (ctx.coords.get("dp", 0), ctx.coords.get("tp", 0))  # one group per replica and TP rank
         coords: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(coords, (ctx.coords.get("dp", 0), r, ctx.rank))
+        dist.all_gather_object(coords, (here, r, ctx.rank))
         mine = None
         for d in sorted({c[0] for c in coords}):  # every rank creates every group, in the same order
             ends = sorted((c[1], c[2]) for c in coords if c[0] == d and c[1] in (0, pp - 1))
             group = dist.new_group([rank for _, rank in ends])
-            if d == ctx.coords.get("dp", 0):
+            if d == here:
                 mine = group
         params = []
         for mod in self.modules:
@@ -146,7 +173,7 @@ class Pipeline(Strategy):
 
         if self.plan.dp == 1:
             return
-        grads = [p.grad for mod in self.modules for p in mod.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.params if p.grad is not None]
         flat = torch.cat([g.flatten() for g in grads])
         dist.all_reduce(flat, group=self.ctx.group("dp"))  # SUM: gloo has no AVG
         flat /= self.plan.dp
@@ -171,6 +198,6 @@ class Pipeline(Strategy):
             self._average_dp_grads()
         self._sync_tied_embeddings()
         self.optimizer.step()
-        if not self.is_last:
+        if not self.owns_loss:
             return None
         return float(sum(l.detach().float() for l in losses)) / len(losses)

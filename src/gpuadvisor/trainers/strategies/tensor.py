@@ -91,17 +91,25 @@ def block_plan(block, sequence_parallel: bool) -> dict:
 
 
 def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
-    """Shard a GPT's blocks over `tp_mesh` in place; with SP also shard the residual stream by sequence."""
+    """Shard a GPT's blocks over `tp_mesh` in place; with SP also shard the residual stream by sequence.
+
+    Also a pipeline stage (`model.GPTStage`, whose embed or ln_f/head are None off the first/last stage): its
+    blocks take and give plain tensors, whole (b, s, h) without SP and this rank's (b, s/tp, h) sequence shard
+    with it, so the stages of one TP rank exchange those between them (torchtitan's TP inside each PP stage).
+    """
     for block in model.blocks:
         parallelize_module(block, tp_mesh, block_plan(block, sequence_parallel))
     if sequence_parallel:
-        parallelize_module(model, tp_mesh, {
+        ends = {
             # Replicate -> Shard(1) is a local slice forward and an all-gather of gradients backward.
             "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),)),
             "ln_f": SequenceParallel(),
             "head": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
                                        use_local_output=True),
-        })
+        }
+        present = {name: style for name, style in ends.items() if getattr(model, name, None) is not None}
+        if present:
+            parallelize_module(model, tp_mesh, present)
     return model
 
 
