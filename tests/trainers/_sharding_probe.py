@@ -2,7 +2,8 @@
 
 Usage: torchrun --nproc-per-node N tests/trainers/_sharding_probe.py OUT.json JOB.json [JOB.json ...]
 Per job and rank: parameter elements held at rest (local shards), optimizer-state elements (the local
-part of Adam's exp_avg), and the (dp, tp, pp) coordinates, so a test can check that ZeRO shards.
+part of Adam's exp_avg), the (dp, tp, pp) coordinates, so a test can check that ZeRO shards, and the shapes a
+pipeline stage hands to the next one.
 """
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def optimizer_state_numel(opt) -> int:
 def probe(job: TrainerJob) -> dict:
     ctx = setup(job)
     strategy = build_strategy(ctx)
+    handed_on: list = []  # shapes a pipeline stage hands to the next one (its output unless it is the last)
+    for mod in getattr(strategy, "modules", []):
+        if getattr(mod, "head", True) is None:
+            mod.register_forward_hook(lambda _m, _i, out: handed_on.append(list(out.shape)))
     strategy.step(0)
     if hasattr(strategy, "engine"):
         raise ValueError("the probe inspects torch-native strategies, not DeepSpeed engines")
@@ -36,6 +41,7 @@ def probe(job: TrainerJob) -> dict:
     params = {id(p): p for g in strategy.optimizer.param_groups for p in g["params"]}
     return {"coords": ctx.coords, "param_numel": sum(local_numel(p) for p in params.values()),
             "state_numel": optimizer_state_numel(strategy.optimizer),
+            "handed_on": handed_on,
             "dtensor_meshes": sorted({str(p.device_mesh.mesh_dim_names) for p in params.values()
                                       if hasattr(p, "device_mesh")})}
 

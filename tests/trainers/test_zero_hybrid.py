@@ -18,6 +18,8 @@ JOBS = {
     "pp2xdp2": job(pp=2, dp=2, num_micro_batches=2),
     "zero1_pp2xdp2": job(pp=2, dp=2, zero_stage=1, num_micro_batches=2),
     "zero3_pp2xdp2": job(pp=2, dp=2, zero_stage=3, num_micro_batches=2),
+    "tp2xpp2": job(tp=2, pp=2, num_micro_batches=2),
+    "tp2xpp2_sp": job(tp=2, pp=2, num_micro_batches=2, sequence_parallel=True),
 }
 
 
@@ -59,3 +61,16 @@ def test_fsdp_over_tp_uses_the_2d_mesh(held):
     assert "('dp', 'tp')" in held["zero3_tp2xdp2"][0]["dtensor_meshes"]  # TP placement + dp shard
     assert held["zero3_pp2xdp2"][0]["dtensor_meshes"] == ["('dp',)"]
     assert held["zero1_pp2xdp2"][0]["dtensor_meshes"] == []  # plain stages, grads averaged by hand
+
+
+@pytest.mark.parametrize("name,per_rank", [("tp2xpp2", [2, 2, 16, 32 // 2]), ("tp2xpp2_sp", [2, 2, 16 // 2, 32])])
+def test_tp_x_pp_hands_on_a_tp_share_of_the_activations(held, name, per_rank):
+    """Each TP rank of a stage sends b·s·h/tp to the next stage, as the cost model prices it (and Megatron sends):
+    without SP its slice of the hidden dimension (scatter-gather), with SP its sequence shard. Global batch 4
+    (mb 2 x m 2) of the tiny GPT's 16 tokens x h 32: [m, mb, seq, h] below is per micro-batch."""
+    m, mb, seq, h = per_rank
+    first = [r for r in held[name] if r["coords"]["pp"] == 0]
+    # m micro-batches (and the schedule's shape-inference forward before them)
+    assert len(first) == 2 and all(len(r["handed_on"]) >= m for r in first)
+    assert all(shape == [mb, seq, h] for r in first for shape in r["handed_on"])
+    assert all(r["handed_on"] == [] for r in held[name] if r["coords"]["pp"] == 1)  # the last stage hands on nothing

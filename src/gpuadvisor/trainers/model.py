@@ -25,7 +25,7 @@ No dropout: training is deterministic, so every strategy produces the same loss 
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -106,17 +106,51 @@ class GPTStage(nn.Module):
         self.blocks = nn.ModuleList(gpt.blocks[first_layer:last_layer])
         self.ln_f = gpt.ln_f if is_last else None
         self.head = gpt.head if is_last else None
+        self.tp_slices: Any = None  # a tp DeviceMesh: exchange hidden-dimension slices with the next/previous stage
         if gpt.tied and not (is_first and is_last):
             raise ValueError("build the model with tie=False before splitting it into pipeline stages")
+
+    def exchange_tp_slices(self, tp_mesh: Any) -> None:
+        """Megatron's scatter-gather between pipeline stages under TP without sequence parallelism (Narayanan et
+        al. 2021 §4.1): the hidden states a stage hands on are equal on every TP rank, so each TP rank sends only
+        its 1/tp slice of the hidden dimension and the next stage all-gathers them over the fast TP links; in
+        backward the received gradient slices are all-gathered the same way. The pipeline then moves b·s·h/tp
+        per rank, the bytes the cost model prices, not b·s·h."""
+        self.tp_slices = tp_mesh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             x = self.embed(x)
+        elif self.tp_slices is not None:
+            x = _tp_gather(x, self.tp_slices)
         for b in self.blocks:
             x = b(x)
         if self.head is not None and self.ln_f is not None:  # set together, on the last stage
             x = self.head(self.ln_f(x))
+        elif self.tp_slices is not None:
+            x = _tp_slice(x, self.tp_slices)
         return x
+
+
+def _tp_slice(x: torch.Tensor, tp_mesh: Any) -> torch.Tensor:
+    """This TP rank's 1/tp slice of the last (hidden) dimension of a tensor equal on every TP rank; backward
+    all-gathers the gradient slices (DTensor Replicate -> Shard redistribution)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    return DTensor.from_local(x, tp_mesh, [Replicate()], run_check=False).redistribute(
+        tp_mesh, [Shard(x.dim() - 1)]).to_local()
+
+
+def _tp_gather(x: torch.Tensor, tp_mesh: Any) -> torch.Tensor:
+    """The whole tensor from every TP rank's slice of the last dimension (all-gather); backward keeps this rank's
+    slice of the gradient, which TP leaves equal on every rank."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    n = tp_mesh.size()
+    shape = (*x.shape[:-1], x.shape[-1] * n)
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(x, tp_mesh, [Shard(x.dim() - 1)], run_check=False, shape=torch.Size(shape),
+                              stride=stride).redistribute(tp_mesh, [Replicate()]).to_local()
 
 
 def split_layers(n_layers: int, n_chunks: int) -> list[tuple[int, int]]:

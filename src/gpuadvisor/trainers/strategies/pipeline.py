@@ -25,9 +25,10 @@ after the flush (Megatron's default, no overlap) and steps a distributed optimiz
 sharding strategy"), hence the plain stages.
 TP x PP (x DP): every stage's blocks are cut over the "tp" mesh dimension with `tensor.py`'s plan before the
 stage is wrapped (torchtitan's order: TP inside each stage, then FSDP/replicate over "dp", then the schedule).
-The stages of one TP rank exchange plain tensors over their "pp" group: whole activations without sequence
-parallel, this rank's sequence shard with it (Megatron sends the same b·s·h/tp with SP; without it Megatron
-scatter-gathers to send h/tp and re-gathers, which changes bytes, not values). Every TP rank of the last stage
+The stages of one TP rank exchange plain tensors over their "pp" group, b·s·h/tp each as Megatron sends them:
+this rank's sequence shard with sequence parallel, and without it this rank's slice of the hidden dimension,
+all-gathered over "tp" by the next stage (Megatron's scatter-gather, `GPTStage.exchange_tp_slices`). Every TP
+rank of the last stage
 computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between the first and the
 last stage (each TP rank keeps whole, equal copies). ZeRO-1 x TP x PP (Megatron's distributed optimizer in
 3D) turns each stage's DTensor parameters into local tensors first (`_pre_dp_module_transform`, as `tensor.py`
@@ -93,6 +94,8 @@ class Pipeline(Strategy):
                 from .tensor import parallelize_gpt
 
                 mod = parallelize_gpt(mod, ctx.mesh_dim("tp"), plan.sequence_parallel)
+                if not plan.sequence_parallel:  # SP already hands on this rank's sequence shard
+                    mod.exchange_tp_slices(ctx.mesh_dim("tp"))
                 if plan.zero_stage == 1:  # plain tensors for the flat dp average and ZeroRedundancyOptimizer
                     from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 
