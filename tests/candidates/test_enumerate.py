@@ -43,3 +43,26 @@ def test_generic_model_only_data_parallel():
     cl = load_preset("nano-cluster-2x2-a40-1gbe")
     wl = make_workload("resnet18", global_batch=256)
     assert all(p.tp == 1 and p.pp == 1 for p in enumerate_plans(cl, wl))
+
+
+def test_rows_array_is_the_rows_as_floats():
+    """The float array enumeration builds beside its rows (the engine's input) equals converting the rows one
+    value at a time: every run of rows in order, mixed ZeRO choices, schedules, hooks, batches, MoE, an eager core,
+    a generic model; a slice falls back to converting its tuples."""
+    import itertools
+
+    import numpy as np
+
+    from gpuadvisor.candidates import COLUMNS, enumerate_rows
+    from gpuadvisor.costmodel.engine import _as_array
+
+    cases = [("nano-cluster-2x2-a40-1gbe", "1.5B", {}, {"allow_batch_change": True, "allow_comm_hooks": True}),
+             ("a6000-4x-pcie", "gpt3-350m", {"attention_kernel": "eager"}, {}),
+             ("hgx-h100-8x", "mixtral-8x7b", {}, {}), ("a6000-4x-pcie", "resnet18", {}, {})]
+    for preset, model, settings, kw in cases:
+        rows = enumerate_rows(load_preset(preset), make_workload(model, **settings), **kw)
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=len(rows) * len(COLUMNS))
+        assert len(rows) > 100 and np.array_equal(rows.array, flat.reshape(len(rows), len(COLUMNS))), model
+        assert _as_array(rows) is rows.array
+        part = rows[10:20]
+        assert np.array_equal(_as_array(part), rows.array[10:20])

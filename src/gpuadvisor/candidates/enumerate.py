@@ -22,15 +22,19 @@ batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
 and dp = world/(tp·pp) dividing the batch (x3 batches with allow_batch_change). The batch enters only through
 divisibility, in O(max_mb) integer steps (`small_divisors`): a 2^31 batch gives the same rows as 2^20 on up to
 1,024 devices.
-Measured (7B, default knobs): 128x8 GPUs 268k rows in 0.1 s; 16,384x8 (the schema's largest device count)
-584k rows; 128x1,024 1.34M rows in 0.8 s.
+Measured (7B at the 2^31 batch, default knobs, 2 shared cores, with the rows' float array `Rows.array`): 128x8
+GPUs 189k rows in 0.18 s; 16,384x8 (the schema's largest device count) 406k rows in 0.44 s; 128x1,024 928k rows
+in 1.4-1.7 s (benchmarks/ranking_speed.py).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator, Sequence
+
+import numpy as np
 
 from ..schemas import Cluster, Plan, Workload, check_plan_for
 from ..schemas.plan import handover_zero_impl
@@ -140,6 +144,59 @@ def _batches(workload: Workload, sp: SearchSpace, allow_batch_change: bool | Non
         "training": workload.training.model_copy(update={"global_batch": gb})})) for gb in batches]
 
 
+class Rows(list):
+    """The enumeration's rows (tuples, COLUMNS order) and, built beside them, the same rows as one float array
+    (`array`): the engine's input, without converting 23 Python values per row (np.fromiter over the tuples took
+    ~20 ms of the ~115 ms that ranking 31.7k rows of 7B on 4 x 8 A100 costs here). A slice or copy is a plain
+    list and is converted the slow way."""
+
+    array: "np.ndarray"
+
+
+class _Blocks:
+    """Collects the array of `Rows` in enumeration order: each tail (the columns after the micro-batch, one
+    distinct list per degrees, ZeRO choice, ep and schedules) as a template, and each emitted run of rows as
+    (template, its seven leading columns); `array()` converts every template once and assembles the runs with a
+    few vectorised operations, so the work in Python stays one append per run."""
+
+    def __init__(self) -> None:
+        self.tails: list[list[tuple]] = []
+        self.meta: list[tuple] = []  # (nodes, gpn, ep, 0, gb) of each template
+        self.chunks: list[int] = []
+        self.leads: list[tuple] = []
+
+    def template(self, tail: list[tuple], nodes: int, gpn: int, ep: int, gb: int) -> int:
+        """Register `tail` ((sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra) rows); its template id."""
+        self.tails.append(tail)
+        self.meta.append((nodes, gpn, ep, 0, gb))
+        return len(self.tails) - 1
+
+    def emit(self, template: int, lead: tuple) -> None:
+        """A run of rows: `template`'s tail after `lead` (dp, tp, pp, zero, off, mb, m)."""
+        self.chunks.append(template)
+        self.leads.append(lead)
+
+    def array(self) -> np.ndarray:
+        sizes = np.array([len(t) for t in self.tails], dtype=np.int64)
+        chunk = np.array(self.chunks, dtype=np.int64)
+        n = sizes[chunk] if len(chunk) else np.zeros(0, dtype=np.int64)
+        out = np.zeros((int(n.sum()), len(COLUMNS)))
+        if not len(out):
+            return out
+        first = np.cumsum(sizes) - sizes  # each template's first row among all tails
+        start = np.cumsum(n) - n  # each run's first row in the output
+        idx = np.arange(len(out)) - np.repeat(start - first[chunk], n)
+        tails = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(self.tails)), dtype=float,
+                            count=int(sizes.sum()) * 11).reshape(-1, 11)[idx]
+        meta = np.repeat(np.array(self.meta, dtype=float)[chunk], n, axis=0)
+        out[:, :7] = np.repeat(np.array(self.leads, dtype=float), n, axis=0)
+        out[:, 7:16] = tails[:, :9]
+        out[:, 16:20] = meta[:, :4]
+        out[:, 20:22] = tails[:, 9:11]
+        out[:, 22] = meta[:, 4]
+        return out
+
+
 def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices: bool = True,
                    allow_tp_across_nodes: bool = False, allow_comm_hooks: bool = False,
                    allow_batch_change: bool | None = None, space: SearchSpace | None = None) -> list[tuple]:
@@ -155,12 +212,14 @@ def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices:
     n_nodes, gpn_max = len(cluster.nodes), min(cluster.devices_per_node)
     node_counts = _counts(n_nodes) if sp.allow_fewer_devices else [n_nodes]
     gpn_counts = _counts(gpn_max) if sp.allow_fewer_devices else [gpn_max]
-    rows: list[tuple] = []
+    rows = Rows()
+    blocks = _Blocks()
     gpu = cluster.nodes[0].devices[0].kind == "gpu"
     for _, wl in _batches(workload, sp, allow_batch_change):
         for nodes in node_counts:
             for gpn in gpn_counts:
-                _for_world(rows, wl, sp, nodes, gpn, transformer, gpu)
+                _for_world(rows, blocks, wl, sp, nodes, gpn, transformer, gpu)
+    rows.array = blocks.array()
     return rows
 
 
@@ -185,7 +244,7 @@ def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices
         yield plan
 
 
-def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool,
+def _for_world(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool,
                gpu: bool) -> None:
     """Rows on exactly nodes × gpn devices."""
     world = nodes * gpn
@@ -207,11 +266,11 @@ def _for_world(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, 
             dp = world // (tp * pp)
             if gb % dp:
                 continue
-            _for_degrees(rows, wl, sp, nodes, gpn, dp, tp, pp, gpu)
+            _for_degrees(rows, blocks, wl, sp, nodes, gpn, dp, tp, pp, gpu)
 
 
-def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int, pp: int,
-                 gpu: bool) -> None:
+def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int,
+                 pp: int, gpu: bool) -> None:
     """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order; each ZeRO row
     with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes)."""
     t = wl.training
@@ -236,7 +295,7 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
     # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
     exceed: dict[tuple[int, bool, int], bool] = {}
     impls: dict[tuple, int] = {}
-    tails: dict[tuple, list[tuple]] = {}
+    tails: dict[tuple, tuple[list[tuple], int]] = {}  # -> (tail rows, their template in `blocks`)
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
@@ -258,9 +317,8 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                 # the columns after (dp, tp, pp, zero, off, mb, m) repeat for every micro-batch with the same
                 # schedules: built once, then one comprehension per micro-batch (nested appends were ~2x slower)
                 tkey = (zero, off, ep, tuple(scheds))
-                tail = tails.get(tkey)
-                if tail is None:
-                    tail = tails[tkey] = []
+                if tkey not in tails:
+                    tail: list[tuple] = []
                     for sched, v in scheds:
                         sc = SCHEDULES.index(sched)
                         for rc, ra in rcs:
@@ -276,6 +334,9 @@ def _for_degrees(rows: list, wl: Workload, sp: SearchSpace, nodes: int, gpn: int
                                                                    zero_offload=bool(off), hpz=hpz, nodes=nodes,
                                                                    gpu=gpu))
                                         tail.append((sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra))
+                    tails[tkey] = (tail, blocks.template(tail, nodes, gpn, ep, gb))
+                tail, template = tails[tkey]
+                blocks.emit(template, (dp, tp, pp, zero, off, mb, m))
                 rows.extend([(dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes,
                               gpn, ep, False, impl, ra, gb)
                              for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in tail])
