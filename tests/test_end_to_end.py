@@ -1,4 +1,4 @@
-"""The hand-over works for real: an emitted launch.sh trains with the bundled trainer on 2 CPU ranks."""
+"""The hand-over works for real: an emitted launch.sh trains with the bundled trainer on 2 (TP x PP: 4) CPU ranks."""
 import json
 import os
 import subprocess
@@ -20,9 +20,13 @@ pytest.importorskip("deepspeed")
 @pytest.mark.parametrize("plan", [
     Plan(dp=2, zero_stage=2, micro_batch_size=2, num_micro_batches=2, devices_per_node=2),
     Plan(pp=2, micro_batch_size=2, num_micro_batches=4, pp_schedule="1f1b", devices_per_node=2),
-], ids=["zero2", "pp-1f1b"])
+    Plan(tp=2, pp=2, micro_batch_size=2, num_micro_batches=2, pp_schedule="1f1b", devices_per_node=4),
+], ids=["zero2", "pp-1f1b", "tp2xpp2"])
 def test_emitted_launch_script_trains(tmp_path, plan):
-    cluster = load_preset("cpu-2ranks")
+    """On 2 CPU ranks (the cpu-2ranks preset), and on 4 for the TP x PP plan (`--cpu-ranks 4`)."""
+    from gpuadvisor.api import resolve_cluster
+
+    cluster = load_preset("cpu-2ranks") if plan.world_size == 2 else resolve_cluster(cpu_ranks=plan.world_size)[0]
     model = model_from_args(layers=2, hidden=32, heads=4, ffn=64, vocab=128, seq=16, name="tiny")
     wl = make_workload(model, seq_len=16, global_batch=plan.global_batch(), precision="fp32")
     launch = build_launch(plan, cluster, wl, steps=2)
