@@ -73,6 +73,10 @@ FSDP = {  # pure data-parallel FSDP2 (GPUADVISOR_ZERO_IMPL=fsdp)
 FOUR_RANK = {
     "llama_zero2_tp2xdp2_sp": job(LLAMA, tp=2, dp=2, zero_stage=2, sequence_parallel=True),
     "moe_zero3_pp2xdp2": job(MOE, pp=2, dp=2, zero_stage=3, num_micro_batches=2),
+    # TP inside pipeline stages: GQA + RoPE + QK-norm with recompute (hidden slices between stages), MoE experts
+    # TP-cut with sequence parallel (sequence shards between stages)
+    "llama_tp2xpp2_recompute": job(LLAMA, tp=2, pp=2, num_micro_batches=2, recompute=True),
+    "moe_tp2xpp2_sp": job(MOE, tp=2, pp=2, num_micro_batches=2, sequence_parallel=True),
 }
 ALL = [*TWO_RANK, *FSDP, *FOUR_RANK]
 
