@@ -111,11 +111,12 @@ class GPTStage(nn.Module):
             raise ValueError("build the model with tie=False before splitting it into pipeline stages")
 
     def exchange_tp_slices(self, tp_mesh: Any) -> None:
-        """Megatron's scatter-gather between pipeline stages under TP without sequence parallelism (Narayanan et
-        al. 2021 §4.1): the hidden states a stage hands on are equal on every TP rank, so each TP rank sends only
-        its 1/tp slice of the hidden dimension and the next stage all-gathers them over the fast TP links; in
-        backward the received gradient slices are all-gathered the same way. The pipeline then moves b·s·h/tp
-        per rank, the bytes the cost model prices, not b·s·h."""
+        """Megatron's scatter-gather between pipeline stages under TP without sequence parallelism (Megatron-LM's
+        scatter_gather_tensors_in_pipeline, on unless --no-scatter-gather-tensors-in-pipeline): the hidden states a
+        stage hands on are equal on every TP rank, so each TP rank sends only its 1/tp slice of the hidden
+        dimension and the next stage all-gathers them over the fast TP links; in backward the received gradient
+        slices are all-gathered the same way. The pipeline then moves b·s·h/tp per rank, the bytes the cost model
+        prices, not b·s·h."""
         self.tp_slices = tp_mesh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -28,8 +28,7 @@ stage is wrapped (torchtitan's order: TP inside each stage, then FSDP/replicate 
 The stages of one TP rank exchange plain tensors over their "pp" group, b·s·h/tp each as Megatron sends them:
 this rank's sequence shard with sequence parallel, and without it this rank's slice of the hidden dimension,
 all-gathered over "tp" by the next stage (Megatron's scatter-gather, `GPTStage.exchange_tp_slices`). Every TP
-rank of the last stage
-computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between the first and the
+rank of the last stage computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between the first and the
 last stage (each TP rank keeps whole, equal copies). ZeRO-1 x TP x PP (Megatron's distributed optimizer in
 3D) turns each stage's DTensor parameters into local tensors first (`_pre_dp_module_transform`, as `tensor.py`
 does before DDP), so the flat gradient average and `ZeroRedundancyOptimizer` see plain tensors.
