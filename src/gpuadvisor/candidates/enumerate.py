@@ -22,9 +22,9 @@ batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
 and dp = world/(tp·pp) dividing the batch (x3 batches with allow_batch_change). The batch enters only through
 divisibility, in O(max_mb) integer steps (`small_divisors`): a 2^31 batch gives the same rows as 2^20 on up to
 1,024 devices.
-Measured (7B at the 2^31 batch, default knobs, 2 shared cores, with the rows' float array `Rows.array`): 128x8
-GPUs 189k rows in 0.18 s; 16,384x8 (the schema's largest device count) 406k rows in 0.44 s; 128x1,024 928k rows
-in 1.4-1.7 s (benchmarks/ranking_speed.py).
+Measured (7B at the 2^31 batch, default knobs, 2 shared cores whose speed varies up to 2x run to run, with the
+rows' float array `Rows.array`): 128x8 GPUs 189k rows in 0.18-0.37 s; 16,384x8 (the schema's largest device
+count) 406k rows in 0.44-1.0 s; 128x1,024 928k rows in 1.4-1.9 s (benchmarks/ranking_speed.py).
 """
 from __future__ import annotations
 
