@@ -54,7 +54,8 @@ def test_rows_array_is_the_rows_as_floats():
     import numpy as np
 
     from gpuadvisor.candidates import COLUMNS, enumerate_rows
-    from gpuadvisor.costmodel.engine import _as_array
+    from gpuadvisor.costmodel.combine import make_context
+    from gpuadvisor.costmodel.engine import _as_array, evaluate_batch
 
     cases = [("nano-cluster-2x2-a40-1gbe", "1.5B", {}, {"allow_batch_change": True, "allow_comm_hooks": True}),
              ("a6000-4x-pcie", "gpt3-350m", {"attention_kernel": "eager"}, {}),
@@ -64,5 +65,8 @@ def test_rows_array_is_the_rows_as_floats():
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=len(rows) * len(COLUMNS))
         assert len(rows) > 100 and np.array_equal(rows.array, flat.reshape(len(rows), len(COLUMNS))), model
         assert _as_array(rows) is rows.array
+        kept = rows.array.copy()  # the engine reads the array it is handed and must never write to it
+        evaluate_batch(rows, make_context(load_preset(preset), make_workload(model, **settings)))
+        assert np.array_equal(rows.array, kept)
         part = rows[10:20]
         assert np.array_equal(_as_array(part), rows.array[10:20])
