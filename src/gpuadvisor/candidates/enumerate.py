@@ -272,7 +272,8 @@ def _for_world(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes
 def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int,
                  pp: int, gpu: bool) -> None:
     """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order; each ZeRO row
-    with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes)."""
+    with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes and above DeepSpeed's
+    live-parameter cap)."""
     t = wl.training
     gb = t.global_batch
     per_replica = gb // dp

@@ -283,11 +283,13 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
-    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard)
-    # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
-    # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
+    # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
     impl = a[:, 20]
     fsdp = (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
+    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
+                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer))
+    # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
+    # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
     ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, rc, layers, zrb), 0.0)
     z3_mb = z3_mb + np.maximum(0.0, ds_host - (layers * t_layer + t_head + z3_mb))
 
@@ -600,7 +602,8 @@ def _layer_bytes(ctx: Context, tp, e_shard):
     return ctx.w_layer_bytes / tp + ctx.p_layer_exp * ctx.weight_bytes * (1.0 / e_shard - 1.0 / tp)
 
 
-def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard):
+def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
+                          gathers=1.0):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -610,15 +613,20 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     gather of the forward and the last reduce-scatter of the backward have nothing to hide behind; the
     embedding/head weights are gathered with the first/last layer. Hidden traffic still costs `zero3_contention`.
     hpZ makes the backward gather node-local (ZeRO++ §3.2). With expert parallelism a layer's gather holds
-    1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links).
+    1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links). `gathers`:
+    collectives a layer's gather takes (FSDP one per block; DeepSpeed one per Linear above its live-parameter cap,
+    schemas.plan.DEEPSPEED_MAX_LIVE_PARAMETERS, Context.ds_gathers_per_layer): the same bytes, each further collective one more ring latency and call.
     """
     if not ctx.transformer:
         layers = np.ones_like(dp)
     per_layer = _layer_bytes(ctx, tp, e_shard)          # weights gathered (frozen base + adapters with LoRA)
     # gradients reduce-scattered (only adapters' with LoRA, whose models have no expert parallelism)
     grads = (ctx.p_layer_train / tp + ctx.p_layer_exp * (1.0 / e_shard - 1.0 / tp)) * ctx.z3_grad_bytes
-    ag = g.rs(per_layer) + ctx.call_s
-    ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s, ag)
+    extra_calls = gathers - 1.0
+    ag = g.rs(per_layer) + ctx.call_s + extra_calls * (g.ring_lat_s + ctx.call_s)
+    hpz_lat = ring_steps_latency_s(hpz, g.intra_lat)
+    ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s
+                      + extra_calls * (hpz_lat + ctx.call_s), ag)
     rs = g.rs(grads) + ctx.call_s
     extra = 1.0 + rc * ctx.fwd_frac
     t_f = t_layer * ctx.fwd_frac / extra       # forward ≈ 1/3 of a layer's fwd+bwd FLOPs (PaLM app. B: 2N vs 4N)

@@ -267,20 +267,21 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
 
 
 #: The hand-over of a plan whose ZeRO-3 runs on FSDP2 (Plan.zero_runtime 'fsdp': what suggest gives ZeRO-3 across
-#: nodes, schemas.plan.handover_zero_impl). DeepSpeed's ZeRO-3 host work grows with ranks x parameters
-#: (docs/cost-model.md), FSDP's does not.
+#: nodes and of models above DeepSpeed's live-parameter cap, schemas.plan.handover_zero_impl). DeepSpeed's ZeRO-3 host
+#: work grows with ranks x parameters and it gathers such models Linear by Linear (docs/cost-model.md); FSDP does not.
 FSDP_ZERO3_NOTE = (
     "The plan's ZeRO runs on PyTorch FSDP2 in the bundled trainer (plan zero_impl 'fsdp', job.json zero_impl "
     "'fsdp'), as predicted: DeepSpeed's ZeRO-3 walks every rank's shard of every parameter in Python at each gather and "
-    "gradient bucket, which across nodes adds seconds per step (DeepSpeed's own Azure runs, docs/cost-model.md). "
+    "gradient bucket, which across nodes adds seconds per step (DeepSpeed's own Azure runs, docs/cost-model.md), and "
+    "above 1e9 parameters it gathers each Linear in its own collective where FSDP gathers a block in one. "
     "ds_config.json is written for the deepspeed launcher line in these notes; GPUADVISOR_ZERO_IMPL=deepspeed on "
     "every node switches the torchrun line to DeepSpeed too, slower than predicted")
 
 
 def fsdp_zero3(plan: Plan, workload: Workload) -> bool:
     """Whether the bundled trainer runs this plan's ZeRO on FSDP2 rather than DeepSpeed: a pure data-parallel
-    ZeRO-2/3 plan whose runtime is FSDP (Plan.zero_runtime; suggest sets it for ZeRO-3 across nodes on GPUs) and a
-    workload the FSDP2 path runs (schemas.plan.fsdp_trainer_runs). A plan asking for FSDP that the path cannot
+    ZeRO-2/3 plan whose runtime is FSDP (Plan.zero_runtime; suggest sets it for ZeRO-3 on GPUs: handover_zero_impl)
+    and a workload the FSDP2 path runs (schemas.plan.fsdp_trainer_runs). A plan asking for FSDP that the path cannot
     run stays on DeepSpeed (`zero_impl_notes` says so)."""
     return (runs_on_deepspeed(plan) and plan.zero_stage >= 2 and plan.zero_runtime == "fsdp"
             and fsdp_trainer_runs(workload, plan.zero_offload, plan.zero_hpz_partition_size))

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from ..errors import validation_message
 from ._base import Frozen
-from .workload import Workload
+from .workload import ModelSpec, Workload
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
 CommHook = Literal["none", "fp16", "bf16", "powersgd"]
@@ -280,13 +280,29 @@ def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
             and workload.training.precision != "fp16" and not zero_offload and hpz == 1)
 
 
+#: DeepSpeed ZeRO-3's cap on gathered parameter elements (stage3_max_live_parameters: 1e9 by default, DeepSpeed
+#: 0.19.8 runtime/zero/config.py). A model above it cannot be prefetched whole, so DeepSpeed gathers it Linear by
+#: Linear, one collective per module as the module before it is released (partitioned_param_coordinator.py:
+#: fetch_sub_module issues one all_gather_coalesced per prefetch, release_sub_module frees one module's worth);
+#: FSDP gathers a whole block in one collective.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
+
+
+def deepspeed_gathers_by_module(model: ModelSpec) -> bool:
+    """Whether DeepSpeed ZeRO-3 gathers `model` one Linear at a time (above DEEPSPEED_MAX_LIVE_PARAMETERS)."""
+    return model.kind == "transformer" and model.params > DEEPSPEED_MAX_LIVE_PARAMETERS
+
+
 def handover_zero_impl(workload: Workload, *, zero_stage: int, tp: int, pp: int, ep: int, zero_offload: bool,
                        hpz: int, nodes: int, gpu: bool) -> Optional[ZeroImpl]:
-    """The runtime `suggest` gives a candidate's ZeRO (Plan.zero_impl): FSDP2 for pure data-parallel ZeRO-3 across
-    nodes on GPUs where the bundled trainer runs it, else None (Plan.zero_runtime's default). DeepSpeed's ZeRO-3
-    host work grows with ranks x parameters (Plan.zero_impl; docs/cost-model.md), which across nodes makes it
-    markedly slower than FSDP; inside a node it costs little and DeepSpeed keeps offload, hpZ and LoRA."""
-    if (zero_stage == 3 and tp == 1 and pp == 1 and ep == 1 and nodes > 1 and gpu
+    """The runtime `suggest` gives a candidate's ZeRO (Plan.zero_impl): FSDP2 for pure data-parallel ZeRO-3 on GPUs
+    where the bundled trainer runs it, across nodes and for models DeepSpeed gathers Linear by Linear
+    (deepspeed_gathers_by_module), else None (Plan.zero_runtime's default). DeepSpeed's ZeRO-3 host work grows with
+    ranks x parameters (Plan.zero_impl; docs/cost-model.md), which across nodes makes it markedly slower than FSDP,
+    and above its live-parameter cap each layer costs it one collective per Linear where FSDP takes one; inside a
+    node and for smaller models it costs little, and DeepSpeed keeps offload, hpZ and LoRA."""
+    if (zero_stage == 3 and tp == 1 and pp == 1 and ep == 1 and gpu
+            and (nodes > 1 or deepspeed_gathers_by_module(workload.model))
             and fsdp_trainer_runs(workload, zero_offload, hpz)):
         return "fsdp"
     return None

@@ -107,6 +107,16 @@ class LayerShape:
         """Parameters one token multiplies through (MoE: router + top-k + shared experts); FLOPs use these."""
         return self.attention_params() + self.ffn_params(active=True) + self.norms * self.norm_params(self.d_model)
 
+    def gathered_modules(self) -> int:
+        """The layer's Linear modules (Q, K, V and O as separate Linears, as in Hugging Face Llama/Qwen and the
+        bundled trainer, where Megatron's fused QKV is one; the MLP's 2 or 3; MoE: the router, every expert's and the
+        shared expert's): what DeepSpeed ZeRO-3 gathers one module at a time once its live-parameter cap binds
+        (partitioned_param_coordinator.fetch_sub_module). Norms and biases stay resident: parameters under
+        stage3_param_persistence_threshold (1e5 elements by default) are never released."""
+        mlp = 3 if self.gated else 2
+        ffn = (1 + self.n_experts * mlp + (mlp if self.shared_d_ff else 0)) if self.moe else mlp
+        return 4 + ffn
+
     def tensor_numels(self) -> list[int]:
         """The layer's parameter tensors, one entry each, in forward order: what a runtime that walks parameters
         one by one (DeepSpeed ZeRO-3's gathers and gradient buckets) iterates over. Q, K and V are separate
