@@ -150,7 +150,7 @@ class Rows(list):
     ~20 ms of the ~115 ms that ranking 31.7k rows of 7B on 4 x 8 A100 costs here). A slice or copy is a plain
     list and is converted the slow way."""
 
-    array: "np.ndarray"
+    array: np.ndarray
 
 
 class _Blocks:

@@ -615,7 +615,8 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     hpZ makes the backward gather node-local (ZeRO++ §3.2). With expert parallelism a layer's gather holds
     1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links). `gathers`:
     collectives a layer's gather takes (FSDP one per block; DeepSpeed one per Linear above its live-parameter cap,
-    schemas.plan.DEEPSPEED_MAX_LIVE_PARAMETERS, Context.ds_gathers_per_layer): the same bytes, each further collective one more ring latency and call.
+    schemas.plan.DEEPSPEED_MAX_LIVE_PARAMETERS, Context.ds_gathers_per_layer): the same bytes, each further
+    collective one more ring latency and call.
     """
     if not ctx.transformer:
         layers = np.ones_like(dp)
@@ -624,8 +625,8 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     grads = (ctx.p_layer_train / tp + ctx.p_layer_exp * (1.0 / e_shard - 1.0 / tp)) * ctx.z3_grad_bytes
     extra_calls = gathers - 1.0
     ag = g.rs(per_layer) + ctx.call_s + extra_calls * (g.ring_lat_s + ctx.call_s)
-    hpz_lat = ring_steps_latency_s(hpz, g.intra_lat)
-    ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat) + ctx.call_s
+    hpz_lat = ring_steps_latency_s(hpz, g.intra_lat)  # the node-local ring's, once for both terms
+    ag_bwd = np.where(hpz > 1, _rs(per_layer, hpz, g.intra_bw, g.intra_lat, steps_latency_s=hpz_lat) + ctx.call_s
                       + extra_calls * (hpz_lat + ctx.call_s), ag)
     rs = g.rs(grads) + ctx.call_s
     extra = 1.0 + rc * ctx.fwd_frac

@@ -182,10 +182,10 @@ class Context:
             self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6
+        self.ds_reduce_s = float(ov["deepspeed_zero3_reduce_us"]) * 1e-6
         # DeepSpeed ZeRO-3 gathers Linear by Linear once the model outgrows its live-parameter cap (engine)
         self.ds_gathers_per_layer = (float(self.shape.gathered_modules())
                                      if self.shape is not None and deepspeed_gathers_by_module(m) else 1.0)
-        self.ds_reduce_s = float(ov["deepspeed_zero3_reduce_us"]) * 1e-6
         self._ds_interleaved: dict[float, float] = {}
         self.single_best_tps: Optional[float] = None
 

@@ -21,9 +21,9 @@ Mixed precision on GPU follows torchtitan: bf16 parameters for compute and all-g
 Pure data-parallel ZeRO-2/3 runs on DeepSpeed by default; with GPUADVISOR_ZERO_IMPL=fsdp in the environment, or
 zero_impl "fsdp" in the job (what make_job writes for a plan whose ZeRO runs on FSDP, Plan.zero_runtime:
 `suggest` gives ZeRO-3 across nodes, and of models above DeepSpeed's live-parameter cap, that runtime;
-launch/build.py `fsdp_zero3`), it runs on FSDP2 instead (`FsdpDataParallel`: `fully_shard` over all ranks, the same per-block groups), the
-way torchtitan and most LoRA recipes shard a model. Frozen parameters (LoRA's base) are sharded like the
-others and get no gradient reduce-scatter.
+launch/build.py `fsdp_zero3`), it runs on FSDP2 instead (`FsdpDataParallel`: `fully_shard` over all ranks, the
+same per-block groups), the way torchtitan and most LoRA recipes shard a model. Frozen parameters (LoRA's base)
+are sharded like the others and get no gradient reduce-scatter.
 """
 from __future__ import annotations
 

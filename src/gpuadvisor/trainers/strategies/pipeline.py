@@ -28,10 +28,10 @@ stage is wrapped (torchtitan's order: TP inside each stage, then FSDP/replicate 
 The stages of one TP rank exchange plain tensors over their "pp" group, b·s·h/tp each as Megatron sends them:
 this rank's sequence shard with sequence parallel, and without it this rank's slice of the hidden dimension,
 all-gathered over "tp" by the next stage (Megatron's scatter-gather, `GPTStage.exchange_tp_slices`). Every TP
-rank of the last stage computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between the first and the
-last stage (each TP rank keeps whole, equal copies). ZeRO-1 x TP x PP (Megatron's distributed optimizer in
-3D) turns each stage's DTensor parameters into local tensors first (`_pre_dp_module_transform`, as `tensor.py`
-does before DDP), so the flat gradient average and `ZeroRedundancyOptimizer` see plain tensors.
+rank of the last stage computes the same loss; TP rank 0 owns it. Tied embeddings are synced per (dp, tp) between
+the first and the last stage (each TP rank keeps whole, equal copies). ZeRO-1 x TP x PP (Megatron's distributed
+optimizer in 3D) turns each stage's DTensor parameters into local tensors first (`_pre_dp_module_transform`, as
+`tensor.py` does before DDP), so the flat gradient average and `ZeroRedundancyOptimizer` see plain tensors.
 Token accounting (Appendix F): only the last stage counts tokens; the others report 0 (with TP, each TP rank of
 the last stage counts its replica's tokens, and the TP rule takes their maximum).
 """
@@ -92,9 +92,10 @@ class Pipeline(Strategy):
             if plan.tp > 1:  # TP inside the stage (tensor.py's plan), before any data-parallel wrapper
                 from .tensor import parallelize_gpt
 
-                mod = parallelize_gpt(mod, ctx.mesh_dim("tp"), plan.sequence_parallel)
+                tp_mesh = ctx.mesh_dim("tp")
+                mod = parallelize_gpt(mod, tp_mesh, plan.sequence_parallel)
                 if not plan.sequence_parallel:  # SP already hands on this rank's sequence shard
-                    mod.exchange_tp_slices(ctx.mesh_dim("tp"))
+                    mod.exchange_tp_slices(tp_mesh)
                 if plan.zero_stage == 1:  # plain tensors for the flat dp average and ZeroRedundancyOptimizer
                     from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 
