@@ -223,6 +223,13 @@ def test_25_indented_space_separated_with_p2p():
     assert m.cpu_affinity == {"GPU0": "0-15", "GPU1": "0-15"} and m.numa_affinity == {"GPU0": 0, "GPU1": 0}
 
 
+def test_26_single_h200_in_a_vm():
+    m = load("26_1x-h200-firecracker-vm-ansi-header.txt")
+    assert m.gpus == ["GPU0"] and m.links == [] and m.nics == [] and not m.warnings
+    assert m.cpu_affinity == {"GPU0": "0-15"}
+    assert m.numa_affinity == {"GPU0": 0} and m.gpu_numa_id == {"GPU0": None}
+
+
 def test_every_fixture_has_a_test():
     names = {p.name[:2] for p in FIXTURES.glob("*.txt")}
     tested = {n.split("_")[1] for n in globals() if n.startswith("test_") and n.split("_")[1].isdigit()}
