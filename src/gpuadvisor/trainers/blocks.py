@@ -81,6 +81,21 @@ def make_norm(shape: LayerShape, width: int) -> nn.Module:
     return nn.RMSNorm(width, eps=NORM_EPS) if shape.rmsnorm else nn.LayerNorm(width, eps=NORM_EPS)
 
 
+def shared_input(x: torch.Tensor) -> torch.Tensor:
+    """`x` cast once to torch.autocast's dtype, for Linears that read the same input (q/k/v, gate/up).
+
+    Autocast caches its casts of weights only: each Linear would otherwise cast the norm's fp32 output again and
+    save its own 16-bit copy for the weight gradient (three copies for q, k, v). Outside autocast (CPU ranks,
+    fp32 runs) `x` is returned as it is.
+    """
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        if x.dtype != dtype:
+            return x.to(dtype)
+    return x
+
+
 def rotate(x: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding of x (b, heads, t, head_dim), half-split layout (GPT-NeoX / HF Llama):
     pairs (x_i, x_{i+d/2}) rotate by angle t * theta^(-2i/d) (RoFormer eq. 34)."""
@@ -111,6 +126,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t = x.shape[0], x.shape[1]
+        x = shared_input(x)
         q, k, v = (m(x).view(b, t, -1, self.head_dim) for m in (self.q, self.k, self.v))
         if self.q_norm is not None and self.k_norm is not None:  # over head_dim, per head (b, t, heads, hd)
             q, k = self.q_norm(q), self.k_norm(k)
@@ -162,6 +178,7 @@ class GatedMLP(nn.Module):
         self.act = F.silu if activation == "swiglu" else (lambda z: F.gelu(z, approximate="tanh"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = shared_input(x)
         return self.down(self.act(self.gate(x)) * self.up(x))
 
 
