@@ -143,30 +143,33 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
 def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
                   allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
-                  attention_kernel: str = "flash") -> Workload:
+                  attention_kernel: str = "flash", kernels: str = "eager") -> Workload:
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
     attention_kernel: "flash" (FlashAttention-2 / PyTorch SDPA: the bundled trainers, DeepSpeed, torchtitan, HF) or
     "cudnn" (Transformer Engine's cuDNN fused attention: Megatron-Core, NeMo).
+    kernels: "eager" (PyTorch modules as the bundled trainers run them; default) or "fused" (fused norm and loss
+    kernels: llm-foundry, Liger, torch.compile), which sets the stored activations and logits.
     Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
     return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    token_budget=token_budget, allow_batch_change=allow_batch_change,
-                                   finetune=finetune, attention_kernel=attention_kernel)[0]
+                                   finetune=finetune, attention_kernel=attention_kernel, kernels=kernels)[0]
 
 
 @typed
 def make_workload_explained(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                             precision: str = "bf16", token_budget: Optional[float] = None,
                             allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
-                            attention_kernel: str = "flash") -> tuple[Workload, Optional[BatchDefault]]:
+                            attention_kernel: str = "flash",
+                            kernels: str = "eager") -> tuple[Workload, Optional[BatchDefault]]:
     """make_workload's Workload and, when its global batch is the default (no global_batch given), a BatchDefault
     (global_batch, why: where that batch comes from); None when the batch was given."""
     from .workload.settings import workload_and_default
 
     kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                   attention_kernel=attention_kernel, token_budget=token_budget,
+                                   attention_kernel=attention_kernel, kernels=kernels, token_budget=token_budget,
                                    allow_batch_change=allow_batch_change).items()
               if v is not None}
     return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
@@ -202,7 +205,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
             price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
             use_learned: bool = False, finetune: Union[FineTune, str, None] = None,
-            attention_kernel: str = "flash") -> Suggestion:
+            attention_kernel: str = "flash", kernels: str = "eager") -> Suggestion:
     """Rank every feasible plan for `model` on the cluster and return the winner's launch config.
 
     Args:
@@ -216,6 +219,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             it replaces the workload's own.
         attention_kernel: "flash" (FlashAttention-2 / SDPA, default) or "cudnn" (Transformer Engine, as Megatron-Core
             and NeMo run it).
+        kernels: "eager" (PyTorch modules, as the bundled trainers of launch.sh run them; default) or "fused"
+            (fused norm/loss kernels: llm-foundry, Liger, torch.compile): what the layers and loss store.
     """
     from .workload.finetune import trainable_params
     from .workload.settings import default_seq_note
@@ -231,7 +236,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     else:
         wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                              token_budget=token_budget, allow_batch_change=allow_batch_change,
-                                             finetune=finetune, attention_kernel=attention_kernel)
+                                             finetune=finetune, attention_kernel=attention_kernel,
+                                             kernels=kernels)
     if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
@@ -253,11 +259,13 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
 def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False,
-            finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash") -> Prediction:
+            finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash",
+            kernels: str = "eager") -> Prediction:
     """Predict throughput, step-time and memory breakdown for one given plan.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
     global_batch: default the plan's dp*mb*m (as `gpuadvisor predict`), not the model's default batch.
+    kernels: "eager" (default) or "fused", as for `suggest`.
     """
     from .costmodel.combine import estimate
     from .schemas import check_plan_for, parse_plan
@@ -267,7 +275,7 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     if global_batch is None and not isinstance(model, Workload):
         global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                   attention_kernel=attention_kernel)
+                   attention_kernel=attention_kernel, kernels=kernels)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
 

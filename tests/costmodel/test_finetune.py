@@ -65,7 +65,9 @@ def test_lora_memory_matches_peft_readme_measurement():
     ft = FineTune(method="lora", lora_rank=8, target_modules=("q", "k", "v"))
     wl = Workload(model=bloomz, training=TrainingSettings(seq_len=64, global_batch=8, precision="fp32"), finetune=ft)
     e = evaluate(_plan(micro_batch_size=8), Context(load_preset("dgx-a100-8x"), wl))
-    assert e.mem.total == pytest.approx(32e9, rel=0.10)
+    # the example measures tensors (its TorchTracemalloc reads torch.cuda.max_memory_allocated): the model's memory
+    # less its framework reserve (CUDA context, allocator fragmentation), which no allocation counter sees
+    assert e.mem.total - e.mem.framework == pytest.approx(32e9, rel=0.10)
     full = evaluate(_plan(micro_batch_size=8), Context(load_preset("dgx-a100-8x"), wl.model_copy(
         update={"finetune": FineTune()})))
     assert full.mem.total > 100e9  # "OOM GPU" in the same table: 16 bytes/param of fp32 Adam states

@@ -13,5 +13,7 @@ def test_peak_memory_matches_seed002(rid):
     from gpuadvisor.hardware.presets import load_preset
     row = next(r for r in load_rows() if r.id == rid)
     est = estimate(row.plan, load_preset(row.preset), row.workload)
-    assert est.memory.total == pytest.approx(row.value, rel=TOLERANCE)
+    # the table's fractional MiB are an allocator counter's (torch.cuda.max_memory_allocated, as Lightning reports
+    # it): the model's memory less its framework reserve (CUDA context, fragmentation), which no counter sees
+    assert est.memory.total - est.memory.framework == pytest.approx(row.value, rel=TOLERANCE)
     assert est.feasible

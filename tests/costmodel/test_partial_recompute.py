@@ -27,8 +27,8 @@ def test_interval_needs_recompute_and_round_trips():
         check_plan_for(parse_plan("dp=2,mb=2,m=1,recompute=true,recompute_interval=13"), wl)
 
 
-def _three(spec: str, preset: str = "dgx-a100-8x", model: str = "llama-7b"):
-    ctx = Context(load_preset(preset), make_workload(model, seq_len=2048, global_batch=64))
+def _three(spec: str, preset: str = "dgx-a100-8x", model: str = "llama-7b", global_batch: int = 64):
+    ctx = Context(load_preset(preset), make_workload(model, seq_len=2048, global_batch=global_batch))
     return [evaluate(parse_plan(spec + extra), ctx) for extra in ("", ",recompute=true,recompute_interval=2",
                                                                   ",recompute=true")]
 
@@ -61,8 +61,10 @@ def test_enumerated_for_pure_data_parallel_full_training_only():
 
 
 def test_it_fits_where_no_recompute_does_not_and_runs_faster_than_full():
-    # 7B on 8 A100 40 GB at micro-batch 4: the middle setting is the one that fits without paying full recompute
-    none, half, full = _three("dp=8,zero=3,mb=4,m=2", model="llama-7b")
+    # 7B on 8 A100 40 GB at micro-batch 3 (eager layers under autocast, the bundled trainers' FSDP2): the middle
+    # setting is the one that fits without paying full recompute
+    none, half, full = _three("dp=8,zero=3,mb=3,m=2", model="llama-7b", global_batch=48)
+    assert not none.feasible
     assert half.feasible and full.feasible and half.step_s < full.step_s
     assert half.mem.activations < none.mem.activations
 

@@ -18,6 +18,9 @@ ATTENTION_HELP = ("attention kernel of the stack you will train with: flash = Fl
                   "attention and layers (Megatron-Core, NeMo; their smaller stored activations too), eager = an "
                   "unfused core that stores the s x s scores (HF attn_implementation='eager', Megatron-DeepSpeed "
                   "without --use-flash-attn-v2)")
+KERNELS_HELP = ("what the layers and loss store: eager = PyTorch modules, as the bundled trainers (launch.sh), HF and "
+                "accelerate run them (autocast norms keep fp32 inputs, SDPA's K/V and output copies, cross-entropy "
+                "on fp32 logits; default), fused = fused norm and loss kernels (llm-foundry, Liger, torch.compile)")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -6,8 +6,8 @@ import sys
 
 from .. import exitcodes
 from ..errors import UserError
-from ..schemas.workload import ATTENTION_KERNELS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, PRECISIONS
-from .argtypes import ATTENTION_HELP, number, text, whole
+from ..schemas.workload import ATTENTION_KERNELS, KERNELS, MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MAX_TOKEN_BUDGET, PRECISIONS
+from .argtypes import ATTENTION_HELP, KERNELS_HELP, number, text, whole
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="default: dp*mb*m of the plan")
     p.add_argument("--precision", default=None, choices=PRECISIONS)
     p.add_argument("--attention-kernel", default=None, choices=ATTENTION_KERNELS, help=ATTENTION_HELP)
+    p.add_argument("--kernels", default=None, choices=KERNELS, help=KERNELS_HELP)
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         settings["precision"] = args.precision
     if args.attention_kernel:
         settings["attention_kernel"] = args.attention_kernel
+    if args.kernels:
+        settings["kernels"] = args.kernels
     if args.token_budget:
         settings["token_budget"] = args.token_budget
     from ..costmodel.combine import estimate

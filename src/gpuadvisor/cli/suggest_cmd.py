@@ -10,9 +10,9 @@ from typing import Optional
 from .. import exitcodes
 from ..errors import UserError
 from ..schemas.bounds import MAX_CPU_RANKS
-from ..schemas.workload import (ATTENTION_KERNELS, MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN, MAX_TOKEN_BUDGET,
-                               PRECISIONS, FineTune)
-from .argtypes import ATTENTION_HELP, check_writable, lora_targets, number, parse_duration, text, whole
+from ..schemas.workload import (ATTENTION_KERNELS, KERNELS, MAX_GLOBAL_BATCH, MAX_LORA_RANK, MAX_SEQ_LEN,
+                               MAX_TOKEN_BUDGET, PRECISIONS, FineTune)
+from .argtypes import ATTENTION_HELP, KERNELS_HELP, check_writable, lora_targets, number, parse_duration, text, whole
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -33,6 +33,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="fp8: FP8 Linears (Transformer Engine / torchao float8) on Ada, Hopper or Blackwell")
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash", help=ATTENTION_HELP)
+    p.add_argument("--kernels", choices=KERNELS, default="eager", help=KERNELS_HELP)
 
 
 def add_finetune_args(p: argparse.ArgumentParser) -> None:
@@ -109,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
     finetune = finetune_from_args(args)
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
-                  global_batch=args.global_batch, precision=args.precision, attention_kernel=args.attention_kernel)
+                  global_batch=args.global_batch, precision=args.precision, attention_kernel=args.attention_kernel,
+                  kernels=args.kernels)
     if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 nor cuDNN attention
         from ..trials.hostcheck import refuse_unmeasurable
 

@@ -24,7 +24,7 @@ from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_steps_latency_s
 from .analytical.compute import CORE_FORWARD_SHARE, layer_gemm_efficiency
-from .analytical.memory import MemoryParts, activation_bytes_per_layer, state_bytes_per_param
+from .analytical.memory import MemoryParts, activation_bytes_per_layer, logits_bytes, state_bytes_per_param
 from .rules import Rule, load_rules
 
 __all__ = ["Batch", "Eval", "evaluate", "evaluate_batch", "plan_row", "unique_rows", "REASONS", "MEMORY_TIGHT"]
@@ -440,12 +440,28 @@ def _stage_states(ctx: Context, layers, first, last, pp, tp, e_shard) -> dict[st
             "w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
 
 
-def _act(ctx: Context, mb, tp, sp, rc, ra=False):
+def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False):
     """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer); `ra`: the attention
-    core recomputes (Plan.recompute_attention)."""
+    core recomputes (Plan.recompute_attention); `amp`: the plan runs under torch.autocast (_autocast)."""
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
                                       shape=ctx.shape, frozen=ctx.frozen_roles, te=ctx.te_layers,
-                                      fp8=ctx.fp8_linears, recompute_core=ra)
+                                      fp8=ctx.fp8_linears, recompute_core=ra, autocast=amp, eager=ctx.eager_layers)
+
+
+def _on_deepspeed(a: np.ndarray):
+    """Rows whose ZeRO runs on DeepSpeed: pure data parallelism with the stage on DeepSpeed (Plan.zero_runtime;
+    launch.deepspeed.runs_on_deepspeed). Hybrids with TP/PP/EP are torch-native."""
+    zero, tp, pp, ep, impl = a[:, 3], a[:, 1], a[:, 2], a[:, 18], a[:, 20]
+    fsdp = (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
+    return (zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1)
+
+
+def _autocast(ctx: Context, a: np.ndarray):
+    """Rows that run eager layers under torch.autocast (Context.eager_layers): every bundled strategy but
+    DeepSpeed's, which casts the module to bf16 itself. A 16-bit run only: fp32 has nothing to cast."""
+    if not ctx.eager_layers or ctx.act_bytes != 2:
+        return np.zeros(len(a), dtype=bool)
+    return ~_on_deepspeed(a)
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[str, np.ndarray]:
@@ -455,8 +471,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     if ctx.transformer:
         ra = a[:, 21] > 0
-        plain = _act(ctx, mb, tp, sp, np.zeros_like(sp))
-        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra) if ra.any() else plain
+        amp = _autocast(ctx, a)
+        plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)
+        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp) if ra.any() else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
         act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
         # the layer being recomputed holds its full activations; under the core's selective recompute the layer in
@@ -468,7 +485,7 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
             sched == 2, np.minimum(m, pp * (1.0 + (pp - 1) / (pp * v))), np.minimum(pp, m))))
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
-        logits = 4.0 * ctx.s * mb * ctx.V / tp  # fp32 logits for the loss, vocab-parallel (memory.logits_bytes)
+        logits = logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_layers)  # the loss's peak, vocab-parallel
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
@@ -476,10 +493,14 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     # Linears on this device; Megatron's output layer is not a TE module and stays bf16
     cache = (ctx.te_fp8_cache_bytes * (layers * (ctx.p_layer - ctx.p_layer_exp) / tp + st["exp"])
              if ctx.transformer else np.zeros_like(mb))
+    # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
+    # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron-Core its grad buffer
+    # in the parameters' dtype (DistributedDataParallelConfig.grad_reduce_in_fp32 False)
+    g32 = (zero < 2) & _autocast(ctx, a)
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
-                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache)
+                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,
-                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache)
+                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -491,7 +512,7 @@ def _sharded(x, exp_frac, dp, edp):
 
 
 def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb,
-            exp, edp, e_shard, fp8_cache) -> dict:
+            exp, edp, e_shard, fp8_cache, g32=False) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
@@ -500,12 +521,13 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
     `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded). `fp8_cache`: Transformer
     Engine's FP8 weight copies, counted with the weights; under ZeRO-3 sharded like them (TE scatters a cached
-    workspace over the FSDP group it is given, get_weight_workspace(fsdp_group=...)).
+    workspace over the FSDP group it is given, get_weight_workspace(fsdp_group=...)). `g32`: rows whose unsharded
+    gradients are fp32 (4 bytes) whatever the training precision (_memory).
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
         gbb, ob = 4, 8  # fp32 adapters: fp32 gradients, Adam's fp32 m and v (no separate master copy)
-    w, g, o = wbytes, train * gbb, train * ob
+    w, g, o = wbytes, train * np.where(g32, max(gbb, 4), gbb), train * ob
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(train > 0, exp / train, 0.0)
     # ZeRO-3 with PP is FSDP per pipeline stage as torch.distributed.pipelining runs it: every backward leaves the
@@ -591,6 +613,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndar
         casts = 2.0 / m if ctx.te_fp8_cache_bytes else 2.0 + rc
         t_layer = t_layer + casts * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
+    # the eager loss's fp32 passes over the logits (compute.EAGER_LOSS_BYTES_PER_LOGIT; vocab-parallel across tp)
+    t_head = t_head + tokens * ctx.V / tp * ctx.loss_bytes / ctx.mem_bw
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     t_host = (extra * ctx.kpl + ra * ctx.core_kernels) * ctx.launch_us * 1e-6

@@ -597,6 +597,9 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
+    # the public stacks fuse their norms and loss (llm-foundry's low-precision LayerNorm and fused cross-entropy,
+    # torch.compile in torchtitan and nanoGPT, llm.c's kernels, Transformer Engine): their largest micro-batches ran
+    # where eager modules' storage would not fit (TrainingSettings.kernels)
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
-                                attention_kernel=kernel)
+                                attention_kernel=kernel, kernels="fused")
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

@@ -18,6 +18,10 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell).
 AttentionKernel = Literal["flash", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+#: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
+#: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE).
+Kernels = Literal["eager", "fused"]
+KERNELS: tuple[str, ...] = get_args(Kernels)
 
 
 #: Largest transformer shape accepted (10x beyond today's largest published models).
@@ -168,6 +172,14 @@ class TrainingSettings(Frozen):
                                               "materialises the s x s scores: HF attn_implementation='eager', "
                                               "Megatron's local layers, Megatron-DeepSpeed without "
                                               "--use-flash-attn)")
+    kernels: Kernels = Field(
+        "eager", description="How the stack runs norms, the attention's data movement and the loss, which sets what "
+                             "the layers store: eager (PyTorch modules, as the bundled trainers, HF and accelerate "
+                             "run them: under torch.autocast each norm saves an fp32 copy of its input, K and V are "
+                             "repeated to every head before SDPA and its output is copied for the projection, the "
+                             "loss runs on an fp32 copy of the logits) or fused (fused norm and cross-entropy "
+                             "kernels and FlashAttention's own layout: llm-foundry's MPT, Liger, torch.compile, "
+                             "Transformer Engine). attention_kernel cudnn implies fused")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

@@ -5,7 +5,7 @@ import inspect
 from typing import Any, Optional, Union
 
 from ..errors import UserError, validation_message
-from ..schemas.workload import ATTENTION_KERNELS, PRECISIONS, FineTune, ModelSpec, TrainingSettings, Workload
+from ..schemas.workload import ATTENTION_KERNELS, KERNELS, PRECISIONS, FineTune, ModelSpec, TrainingSettings, Workload
 from .batch_defaults import SMALL_MODEL_BATCH, BatchDefault, default_batch
 from .catalog import Preset, lookup
 from .hf_config import looks_like_path
@@ -25,7 +25,7 @@ def _positive(name: str, value: Any, flag: str) -> int:
 
 def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                       tokens_per_step: Optional[int] = None, precision: str = "bf16", *,
-                      attention_kernel: str = "flash",
+                      attention_kernel: str = "flash", kernels: str = "eager",
                       optimizer: str = "adamw", allow_recompute: bool = True, allow_batch_change: bool = False,
                       token_budget: Optional[float] = None, model: Optional[ModelSpec] = None,
                       default_seq_len: Optional[int] = None,
@@ -44,6 +44,8 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"unknown precision '{precision}'; use one of {', '.join(PRECISIONS)}")
     if attention_kernel not in ATTENTION_KERNELS:
         raise UserError(f"unknown attention kernel '{attention_kernel}'; use one of {', '.join(ATTENTION_KERNELS)}")
+    if kernels not in KERNELS:
+        raise UserError(f"unknown kernels '{kernels}'; use one of {', '.join(KERNELS)}")
     if optimizer not in _OPTIMIZERS:
         raise UserError(f"unknown optimizer '{optimizer}'; use one of {', '.join(_OPTIMIZERS)}")
     if seq_len is None:
@@ -74,7 +76,7 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"token_budget must be positive, got {token_budget!r}")
     try:
         return TrainingSettings(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                attention_kernel=attention_kernel, optimizer=optimizer, allow_recompute=allow_recompute,
+                                attention_kernel=attention_kernel, kernels=kernels, optimizer=optimizer, allow_recompute=allow_recompute,
                                 allow_batch_change=allow_batch_change, token_budget=token_budget)
     except ValueError as exc:
         raise UserError(f"training settings: {validation_message(exc)}") from None
@@ -110,7 +112,7 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     unknown = set(settings) - (set(inspect.signature(training_settings).parameters) - {"model"})
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(sorted(unknown))}; known: seq_len, global_batch, "
-                        "tokens_per_step, precision, attention_kernel, optimizer, allow_recompute, allow_batch_change, "
+                        "tokens_per_step, precision, attention_kernel, kernels, optimizer, allow_recompute, allow_batch_change, "
                         "token_budget")
     if preset is not None:
         settings.setdefault("default_seq_len", preset.default_seq_len)

@@ -42,7 +42,7 @@ class ActivationTerms:
 
 
 def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = frozenset(), te: bool = False,
-                     fp8: bool = False) -> ActivationTerms:
+                     fp8: bool = False, autocast: bool = False, eager: bool = False) -> ActivationTerms:
     """Per-token stored bytes of one layer, term by term as Korthikanti et al. 2022 §4.1 derive them for GPT.
 
     With d = d_model, q = n_heads·head_dim, k = n_kv_heads·head_dim, f = MLP width per token, e = act_bytes
@@ -75,18 +75,31 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     kernel keeps for its own backward. torchao's float8 Linear saves the high-precision input and recasts it in
     backward (torchao/float8/float8_linear.py matmul_with_hp_or_float8_args: save_for_backward(input_hp, ...)),
     so FP8 without `te` stores what bf16 does.
+    `eager` (TrainingSettings.kernels "eager": PyTorch modules as the bundled trainers, torchtitan and HF write
+    them): the fused core (F.scaled_dot_product_attention) gets K and V repeated to all n_heads (repeat_kv /
+    repeat_interleave before the call), so it saves K and V at q width, and its (b, heads, s, head_dim) output is
+    transposed into a contiguous copy that the output projection saves beside the core's own: K and V at e·q
+    each and one more e·q. `autocast` (an eager plan under torch.autocast: engine._autocast): the norms run in
+    fp32 and each saves an fp32 copy of its input (4 bytes per element, QK-norm's too), whatever the stream's
+    dtype. Both read off the bundled trainer's peak memory on one H200 (benchmarks/gpu_trainer_check.py,
+    2026-11-27): GPT-2 layers store 40.1 bytes per token per d_model, where the paper's count gives 34 and
+    these two terms 40.
     """
     e = float(act_bytes)
     d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.mlp_width_per_token
     mask = 1.0 if shape.dropout else 0.0
     te_fp8 = te and fp8
     lin = 1.0 if te_fp8 else e  # bytes per element of a Linear's saved input
-    replicated = shape.norms * e * d + lin * d + lin * d + 2 * mask * d  # norm inputs, QKV input, MLP input, masks
-    split = e * (q + 2 * k) + e * q  # Q, K, V, output-projection input (the attention output)
+    norm = 4.0 if autocast else e  # bytes per element of a norm's saved input
+    replicated = shape.norms * norm * d + lin * d + lin * d + 2 * mask * d  # norm inputs, QKV and MLP inputs, masks
+    kv = q if eager else k  # eager PyTorch repeats K and V to every query head before the fused core
+    split = e * (q + 2 * kv) + e * q  # Q, K, V, output-projection input (the attention output)
+    if eager:
+        split += e * q  # the core's output beside the projection's contiguous copy of it
     if te_fp8:
         split += q  # the output projection's own FP8 copy of its input
     if shape.qk_norm:
-        split += e * (q + k)
+        split += norm * (q + k)
     # the activation's inputs (GeLU: fc1 output; gated: gate and up, plus, in eager PyTorch, the activation
     # output), then the down projection's input
     split += ((2 if te else 3) if shape.gated else 1) * e * f + lin * f
@@ -108,7 +121,8 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
                                recompute: ArrayLike = False, fused_attention: bool = True,
                                act_bytes: int = 2, shape: Optional[LayerShape] = None,
                                frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False,
-                               recompute_core: ArrayLike = False) -> Any:
+                               recompute_core: ArrayLike = False, autocast: ArrayLike = False,
+                               eager: bool = False) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -123,20 +137,27 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     recompute may be NumPy arrays (element-wise, same result as scalar calls). `frozen`, `te` and `fp8`: see
     `activation_terms` (they need `shape`). `recompute_core` (array too): selective recompute of the attention
     core (Korthikanti et al. 2022 §4.2; Megatron --recompute-granularity selective) stores none of the scores term:
-    the core's inputs Q, K, V are stored anyway and its forward replays in the backward.
+    the core's inputs Q, K, V are stored anyway and its forward replays in the backward. `autocast` (array too):
+    the plan runs under torch.autocast, its norms saving fp32 inputs; `eager`: PyTorch modules' attention copies
+    (`activation_terms`; both need `shape`).
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
         terms = ActivationTerms(10.0 * h, 24.0 * h, 5.0 * a)
+        amp = terms
         scale = act_bytes / 2.0
     else:
-        terms = activation_terms(shape, act_bytes, frozen, te, fp8)
+        terms = activation_terms(shape, act_bytes, frozen, te, fp8, eager=eager)
+        amp = activation_terms(shape, act_bytes, frozen, te, fp8, autocast=True, eager=eager)
         scale = 1.0
     t = np.asarray(tp, dtype=float)
     spa = np.asarray(sp, dtype=bool)
     sb = float(s) * np.asarray(b, dtype=float)
+    ac = np.asarray(autocast, dtype=bool)
+    replicated = np.where(ac, amp.replicated, terms.replicated)
+    split = np.where(ac, amp.split, terms.split)
     scores = 0.0 if fused_attention else np.where(np.asarray(recompute_core, dtype=bool), 0.0, terms.scores_per_s * s)
-    per_token = np.where(spa, terms.replicated / t, terms.replicated) + (terms.split + scores) / t
+    per_token = np.where(spa, replicated / t, replicated) + (split + scores) / t
     layer_input = 2.0 * h * act_bytes / 2.0 / np.where(spa, t, 1.0)
     out = sb * scale * np.where(np.asarray(recompute, dtype=bool), layer_input / scale, per_token)
     return float(out) if np.ndim(out) == 0 else out
@@ -157,9 +178,21 @@ def inflight_microbatches(pp: int, m: int, schedule: str, virtual: int = 1) -> f
     return float(min(pp, m))
 
 
-def logits_bytes(s: int, b: int, vocab: int, tp: int = 1) -> float:
-    """fp32 logits for the loss: s·b·V·4 bytes (vocab-parallel across tp, Megatron)."""
-    return 4.0 * s * b * vocab / tp
+#: Bytes per logit (token × vocabulary entry) at the loss's peak, eager PyTorch: F.cross_entropy(logits.float(), ..)
+#: (the bundled trainers' loss_fn, torchtitan's cross_entropy_loss; HF upcasts likewise). Forward: the bf16 logits
+#: (2), their fp32 copy (4) and log_softmax's fp32 output (4, saved for its backward); backward: that saved output,
+#: nll_loss's fp32 gradient (4) and log_softmax's input gradient (4) at once, 12, with every layer's activations
+#: still stored. Measured: 12.0 from the slopes of peak memory over micro-batch of GPT-2 124M and 1.5B on one H200
+#: (benchmarks/gpu_trainer_check.py, 2026-11-27; results in benchmarks/results/gpu_trainer_check_2026-11-27_h200.txt).
+LOGIT_BYTES_EAGER = 12.0
+#: Fused cross-entropy (Megatron's vocab-parallel one, llm-foundry's, Liger's; TrainingSettings.kernels "fused"):
+#: one fp32 copy, softmax and gradient computed in place.
+LOGIT_BYTES_FUSED = 4.0
+
+
+def logits_bytes(s: int, b: int, vocab: int, tp: int = 1, fused: bool = False) -> float:
+    """Logits and loss buffers at the peak: s·b·V bytes per element as above (vocab-parallel across tp, Megatron)."""
+    return (LOGIT_BYTES_FUSED if fused else LOGIT_BYTES_EAGER) * s * b * vocab / tp
 
 
 @dataclass
