@@ -156,7 +156,8 @@ def test_cudnn_attention_speeds_up_only_the_core_and_only_where_flashattention_2
 
     plan = parse_plan("dp=8,zero=3,mb=1,m=4")
     def step(preset, kernel):
-        wl = make_workload("llama-7b", seq_len=8192, global_batch=32, attention_kernel=kernel)
+        # fused kernels for both (Transformer Engine's are): only the attention kernel differs
+        wl = make_workload("llama-7b", seq_len=8192, global_batch=32, attention_kernel=kernel, kernels="fused")
         return evaluate(plan, Context(load_preset(preset), wl))
     flash, cudnn = step("hgx-h100-8x", "flash"), step("hgx-h100-8x", "cudnn")
     ctx = Context(load_preset("hgx-h100-8x"), make_workload("llama-7b", seq_len=8192, global_batch=32))

@@ -98,8 +98,9 @@ def test_complexity_orders_zero_stages_then_parallel_dimensions():
 
 
 def test_zero3_above_pipeline_within_the_margin_for_13b_on_one_a100_80gb_node():
-    """Llama 13B on 8 A100-80GB: FSDP/ZeRO-3 is what practitioners run (llm-foundry, torchtitan); PP4 + ZeRO-1 is
-    predicted within 1 % of it and must not rank first on that lead."""
+    """Llama 13B on 8 A100-80GB: FSDP/ZeRO-3 is what practitioners run (llm-foundry, torchtitan); a pipeline plan
+    is predicted close to it (within 1 % before the eager layers were priced, 5.8 % behind since) and must not
+    rank first on such a lead."""
     from pathlib import Path
 
     from gpuadvisor.hardware.cluster_file import load_cluster
@@ -107,4 +108,4 @@ def test_zero3_above_pipeline_within_the_margin_for_13b_on_one_a100_80gb_node():
     r = rank(cl, make_workload("llama-13b"), top=5)
     assert r.top[0].plan.strategy == "zero3"
     pp = next(e for e in r.top if e.plan.pp > 1 and e.plan.tp == 1)
-    assert abs(pp.tokens_per_s / r.top[0].tokens_per_s - 1) < 0.05  # the case is a close one, not a clear win
+    assert abs(pp.tokens_per_s / r.top[0].tokens_per_s - 1) < 0.1  # the case is a close one, not a clear win
