@@ -84,7 +84,8 @@ def test_engine_autocast_rows_follow_the_runtime():
 def test_the_bundled_trainers_peak_memory_on_an_h200():
     """Measured rows (GPT-2 124M and 1.5B, Qwen2.5 0.5B; accumulation, recompute): the prediction less its framework
     reserve against torch.cuda.max_memory_allocated. Before the eager terms it read 0.61-0.86 of the measurement:
-    the 1.5B at micro-batch 32 held 133 GiB where 109 were predicted."""
+    the 1.5B at micro-batch 32 held 133 GiB where 109 were predicted; counting gradients and activations at once
+    (not the larger of the backward's start and the optimizer step) read up to 1.17."""
     data = json.loads((FIXTURES / "gpu" / "h200_trainer_rows.json").read_text())
     report = ProbeReport.model_validate(json.loads((FIXTURES / "probe" / "h200-1gpu-vm.json").read_text()))
     cluster = cluster_from_probe(report)
@@ -95,8 +96,8 @@ def test_the_bundled_trainers_peak_memory_on_an_h200():
                             recompute=r["recompute"]), cluster, wl)
         ratios.append((est.memory.total - est.memory.framework) / r["measured_peak_bytes"])
     # never below what ran (an under-estimate is an OOM for the user), at most 20 % above
-    assert min(ratios) > 0.98 and max(ratios) < 1.2, ratios
-    assert np.median(ratios) < 1.06, ratios
+    assert min(ratios) > 0.98 and max(ratios) < 1.1, ratios
+    assert np.median(ratios) < 1.04, ratios
 
 
 def test_the_eager_loss_moves_40_bytes_per_logit_over_hbm_and_a_fused_one_none_extra():
@@ -127,3 +128,21 @@ def test_the_bundled_trainers_throughput_on_an_h200():
     larger = [v for k, v in ratios.items() if not k.startswith("gpt2-s")]
     assert all(0.9 < v < 1.15 for v in larger), ratios
     assert 1.0 < ratios["gpt2-s1024-mb16-m1"] < 1.3, ratios
+
+
+def test_one_gpu_without_accumulation_peaks_at_the_backward_or_at_the_optimizer_step():
+    """No gradient exists at the backward's start (set_to_none); the step holds fp32 weights, gradients, Adam's states
+    and foreach AdamW's temporary, without activations: the 2.7B with recompute peaks there (measured 49.9 GiB)."""
+    clus = load_preset("hgx-h100-8x")
+    def mem(spec, **kw):
+        wl = make_workload("gpt3-2.7b", seq_len=2048, global_batch=8, **kw)
+        return evaluate(parse_plan(spec), Context(clus, wl)).mem
+    n = make_workload("gpt3-2.7b").model.params
+    plain = mem("dp=1,mb=8,m=1,nodes=1,gpn=1")  # activations dominate: no gradient at the peak
+    assert plain.gradients == 0
+    rc = mem("dp=1,mb=4,m=2,nodes=1,gpn=1,recompute=true")  # accumulation: gradients live beside activations
+    assert rc.gradients >= 4 * n * 0.99
+    step = mem("dp=1,mb=4,m=1,nodes=1,gpn=1,recompute=true")  # the step's peak: weights (fp32) + g + m, v + temp
+    assert step.total - step.framework == pytest.approx(20 * n, rel=0.02)
+    fused = mem("dp=1,mb=4,m=1,nodes=1,gpn=1,recompute=true", kernels="fused")  # the paper's count, all at once
+    assert fused.gradients == pytest.approx(2 * n, rel=0.01)

@@ -469,9 +469,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
+    amp = _autocast(ctx, a)
     if ctx.transformer:
         ra = a[:, 21] > 0
-        amp = _autocast(ctx, a)
         plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)
         stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp) if ra.any() else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
@@ -497,10 +497,16 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron-Core its grad buffer
     # in the parameters' dtype (DistributedDataParallelConfig.grad_reduce_in_fp32 False)
     g32 = (zero < 2) & _autocast(ctx, a)
+    # without data parallelism (no DDP buckets), accumulation or pipelining, eager PyTorch's
+    # zero_grad(set_to_none=True) leaves no gradient at the peak, the start of the backward: they are created as the
+    # activations are freed, so the step holds max(gradients, activations + logits) beside the weights and optimizer
+    # (measured on one H200: the 1.5B at micro-batch 4 and 16 peaked 5.8 GiB, its fp32 gradients, under w + g + o +
+    # activations)
+    freed = (dp == 1) & (pp == 1) & (m == 1) & (zero == 0) & ctx.eager_layers
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
-                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32)
+                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,
-                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32)
+                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -512,7 +518,7 @@ def _sharded(x, exp_frac, dp, edp):
 
 
 def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb,
-            exp, edp, e_shard, fp8_cache, g32=False) -> dict:
+            exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
@@ -522,7 +528,14 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded). `fp8_cache`: Transformer
     Engine's FP8 weight copies, counted with the weights; under ZeRO-3 sharded like them (TE scatters a cached
     workspace over the FSDP group it is given, get_weight_workspace(fsdp_group=...)). `g32`: rows whose unsharded
-    gradients are fp32 (4 bytes) whatever the training precision (_memory).
+    gradients are fp32 (4 bytes) whatever the training precision (_memory). `freed`: rows whose gradients and
+    activations do not coexist at the peak (_memory). `amp` (rows under torch.autocast, torch.optim's AdamW): the
+    optimizer step is a second peak, weights, states, gradients and foreach Adam's fp32 temporary of the states'
+    size (torch/optim/adamw.py _multi_tensor_adamw: exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)), without
+    autocast's 16-bit weight copies; on the H200 it is the 2.7B-with-recompute row's peak (49.9 GiB measured,
+    49.4 so counted: fp32 weights, gradients, Adam's two states and the temporary). The peak is the larger of the
+    backward's start and that step; `gradients` is reported as what gradients and the step add beyond the
+    activations, so the parts sum to the peak.
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
@@ -552,6 +565,15 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
     buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
                    np.where(dp > 1, 2 * bucket_mb * 2 ** 20, 0.0)) + gathered
+    base = w + o + acts + lg + buf
+    start = base + np.where(freed, 0.0, g)  # the backward's start: activations, logits' buffers
+    # the optimizer step: no activation left, nor autocast's 16-bit weight copies (the `weights` part of an autocast
+    # row: its fp32 parameters are in `optimizer`, 12 bytes with Adam's states); foreach Adam's temporary, sharded
+    # like the states
+    adam = 4.0 if ctx.optimizer in ("adam", "adamw") else 0.0
+    temp = np.where(amp & ~off, np.where(zero >= 1, _sharded(train * adam, f, dp, edp), train * adam), 0.0)
+    step = np.where(amp, 0.0, w) + o + buf + g + temp
+    g = np.maximum(start, step) - base
     live = w + g + o + acts + lg + buf
     peers = (dp > 1).astype(float) + (tp > 1) + 2.0 * (pp > 1)
     fw = ctx.cuda_ctx + peers * ctx.nccl_peer + ctx.frag * live
