@@ -83,7 +83,7 @@ def test_engine_autocast_rows_follow_the_runtime():
 
 def test_the_bundled_trainers_peak_memory_on_an_h200():
     """Measured rows (GPT-2 124M and 1.5B, Qwen2.5 0.5B; accumulation, recompute): the prediction less its framework
-    reserve against torch.cuda.max_memory_allocated. Before the eager terms it read 0.61-0.86 of the measurement:
+    reserve against torch.cuda.max_memory_allocated. Before the eager terms they read 0.60-0.92 of the measurement;
     the 1.5B at micro-batch 32 held 133 GiB where 109 were predicted; counting gradients and activations at once
     (not the larger of the backward's start and the optimizer step) read up to 1.17."""
     data = json.loads((FIXTURES / "gpu" / "h200_trainer_rows.json").read_text())
