@@ -18,10 +18,17 @@ from .base import AccumulatingStrategy, make_optimizer
 
 
 def wrap_ddp(module: nn.Module, ctx: Context, group=None) -> DDP:
-    """Wrap in DDP over `group` (default: world) with the plan's bucket size and comm hook."""
+    """Wrap in DDP over `group` (default: world) with the plan's bucket size and comm hook.
+
+    The gradients are views into DDP's buckets (`gradient_as_bucket_view`): otherwise DDP keeps a second copy of
+    every gradient in its buckets, 4 bytes per parameter in fp32, which the cost model does not count (it holds
+    the gradients once; docs/cost-model.md) and which would be the optimizer step's peak for models whose
+    activations are small beside their gradients.
+    """
     plan = ctx.plan
     ids = [ctx.device.index] if ctx.is_cuda else None
-    model = DDP(module, device_ids=ids, process_group=group, bucket_cap_mb=plan.ddp_bucket_mb)
+    model = DDP(module, device_ids=ids, process_group=group, bucket_cap_mb=plan.ddp_bucket_mb,
+                gradient_as_bucket_view=True)
     if plan.comm_hook == "fp16":
         model.register_comm_hook(group, default_hooks.fp16_compress_hook)
     elif plan.comm_hook == "bf16":
