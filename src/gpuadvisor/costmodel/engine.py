@@ -496,7 +496,7 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[
     # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
     # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron-Core its grad buffer
     # in the parameters' dtype (DistributedDataParallelConfig.grad_reduce_in_fp32 False)
-    g32 = (zero < 2) & _autocast(ctx, a)
+    g32 = (zero < 2) & amp
     # without data parallelism (no DDP buckets), accumulation or pipelining, eager PyTorch's
     # zero_grad(set_to_none=True) leaves no gradient at the peak, the start of the backward: they are created as the
     # activations are freed, so the step holds max(gradients, activations + logits) beside the weights and optimizer
