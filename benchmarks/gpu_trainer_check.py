@@ -2,11 +2,11 @@
 
     PYTHONPATH=src python benchmarks/gpu_trainer_check.py --out DIR [--grid default|quick] [--budget-s 420]
     PYTHONPATH=src python benchmarks/gpu_trainer_check.py --out DIR --cpu     # the same path on one CPU rank
-    PYTHONPATH=src python benchmarks/gpu_trainer_check.py --out X --repredict DIR/rows.jsonl --cluster DIR/cluster.json
+    PYTHONPATH=src python benchmarks/gpu_trainer_check.py --repredict DIR/rows.jsonl --cluster DIR/cluster.json
 
 What a user's first `suggest` + `--confirm` does on one GPU, made into a grid:
 1. probes this host (NVML, `nvidia-smi topo -m`) and builds the cluster from it as `suggest` does
-   (api.resolve_cluster), and prints what it found;
+   (hardware.build.cluster_from_probe, from the one probe it prints), and prints what it found;
 2. per grid row (model, sequence length, micro-batch, micro-batches per step, recompute) predicts the
    single-GPU plan with the cost model (costmodel.combine.estimate) and runs it for real with the bundled
    trainer (`python -m gpuadvisor.trainers`, bf16 autocast, PyTorch SDPA, torch.optim AdamW), one
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gpuadvisor import api
 from gpuadvisor.costmodel.combine import estimate
+from gpuadvisor.hardware.build import cluster_from_probe
 from gpuadvisor.launch.build import make_job
 from gpuadvisor.schemas import Plan
 
@@ -64,11 +65,16 @@ def predicted_peak(est) -> int:
     return int(m.total - m.framework)
 
 
-def run_row(row, cluster, out: Path, steps: int, warmup: int, timeout_s: float, cpu: bool) -> dict:
-    model, seq, mb, m, rc = row
+def predicted(model: str, seq: int, mb: int, m: int, rc: bool, cluster):
+    """(plan, workload, estimate) of one grid row: the single-GPU plan at bf16, its batch mb x m."""
     wl = api.make_workload(model, seq_len=seq, global_batch=mb * m, precision="bf16")
     plan = Plan(micro_batch_size=mb, num_micro_batches=m, recompute=rc)
-    est = estimate(plan, cluster, wl)
+    return plan, wl, estimate(plan, cluster, wl)
+
+
+def run_row(row, cluster, out: Path, steps: int, warmup: int, timeout_s: float, cpu: bool) -> dict:
+    model, seq, mb, m, rc = row
+    plan, wl, est = predicted(model, seq, mb, m, rc, cluster)
     device = cluster.nodes[0].devices[0]
     job = make_job(plan, wl, steps=steps, warmup=warmup, estimate=est, device=device)
     if cpu:
@@ -113,10 +119,7 @@ def repredict(rows_path: Path, cluster_path: Path) -> None:
         r = json.loads(line)
         if not r.get("measured_tokens_per_s"):
             continue
-        wl = api.make_workload(r["model"], seq_len=r["seq_len"], global_batch=r["micro_batch"] * r["micro_batches"],
-                               precision="bf16")
-        est = estimate(Plan(micro_batch_size=r["micro_batch"], num_micro_batches=r["micro_batches"],
-                            recompute=r["recompute"]), cluster, wl)
+        est = predicted(r["model"], r["seq_len"], r["micro_batch"], r["micro_batches"], r["recompute"], cluster)[2]
         tps, peak = r["measured_tokens_per_s"], r["measured_peak_bytes"]
         ratios.append(est.tokens_per_s / tps)
         mems.append(predicted_peak(est) / peak)
@@ -125,13 +128,13 @@ def repredict(rows_path: Path, cluster_path: Path) -> None:
     if ratios:
         def mape(xs):
             return 100.0 * sum(abs(x - 1.0) for x in xs) / len(xs)
-        print(f"{len(ratios)} rows: tokens/s MAPE {mape(ratios):.1f} % (pred/meas {min(ratios):.2f}-{max(ratios):.2f}); "
-              f"peak memory MAPE {mape(mems):.1f} % (pred/meas {min(mems):.2f}-{max(mems):.2f})")
+        print(f"{len(ratios)} rows: tokens/s MAPE {mape(ratios):.1f} % (pred/meas {min(ratios):.2f}-"
+              f"{max(ratios):.2f}); peak memory MAPE {mape(mems):.1f} % (pred/meas {min(mems):.2f}-{max(mems):.2f})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path, help="folder for the rows, logs, probe and cluster (running rows only)")
     ap.add_argument("--grid", default=None, choices=sorted(GRIDS), help="default: 'default' on a GPU, 'cpu' on CPU")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
@@ -147,6 +150,8 @@ def main() -> None:
             ap.error("--repredict needs --cluster (the cluster.json written beside rows.jsonl)")
         repredict(args.repredict, args.cluster)
         return
+    if args.out is None:
+        ap.error("--out DIR is needed to run rows (rows.jsonl, the trainer logs, probe.json, cluster.json)")
     t_start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     report = api.probe()
@@ -154,9 +159,12 @@ def main() -> None:
     print(f"probe: {report.hostname}: {len(report.gpus)} GPU(s) "
           + "; ".join(f"{g.name} {(g.memory_total_bytes or 0) / GiB:.1f} GiB" for g in report.gpus)
           + (f"; NVML: {report.nvml_error}" if report.nvml_error else ""), flush=True)
-    cluster, notes = api.resolve_cluster("local", cpu_ranks=1 if args.cpu else None)
+    if not report.gpus and not args.cpu:
+        raise SystemExit(f"no GPU on this host ({report.nvml_error or 'NVML reports none'}); pass --cpu to check "
+                         "the script on one CPU rank")
+    cluster = cluster_from_probe(report, cpu_ranks=1 if args.cpu else None)  # as suggest builds it, one probe
     dev = cluster.nodes[0].devices[0]
-    print(f"cluster: {'; '.join(notes)}; device {dev.name}: {dev.memory_bytes / GiB:.1f} GiB, "
+    print(f"cluster: probed {report.hostname}; device {dev.name}: {dev.memory_bytes / GiB:.1f} GiB, "
           f"{dev.peak_tflops_bf16} TFLOP/s bf16, {dev.memory_bandwidth_gb_per_s} GB/s", flush=True)
     (args.out / "cluster.json").write_text(cluster.model_dump_json(indent=1))
     rows = GRIDS[args.grid or ("cpu" if args.cpu else "default")]
@@ -172,13 +180,13 @@ def main() -> None:
             meas, pred = rec.get("measured_tokens_per_s"), rec["predicted_tokens_per_s"]
             if meas:
                 print(f"{rec['row']:32s} tok/s meas {meas:9.0f} pred {pred:9.0f} pred/meas {pred / meas:5.2f} | "
-                      f"peak GiB meas {rec['measured_peak_bytes'] / GiB:6.1f} pred {rec['predicted_peak_bytes'] / GiB:6.1f}"
-                      f" | {rec['wall_s']}s", flush=True)
+                      f"peak GiB meas {rec['measured_peak_bytes'] / GiB:6.1f} "
+                      f"pred {rec['predicted_peak_bytes'] / GiB:6.1f} | {rec['wall_s']}s", flush=True)
             else:
                 err = rec.get("error") or {}
                 print(f"{rec['row']:32s} rc {rec['rc']} {err.get('kind', '')}: {str(err.get('message', ''))[:160]} "
-                      f"(predicted feasible {rec['predicted_feasible']}, peak {rec['predicted_peak_bytes'] / GiB:.1f} GiB)"
-                      f" | {rec['wall_s']}s", flush=True)
+                      f"(predicted feasible {rec['predicted_feasible']}, "
+                      f"peak {rec['predicted_peak_bytes'] / GiB:.1f} GiB) | {rec['wall_s']}s", flush=True)
 
 
 if __name__ == "__main__":

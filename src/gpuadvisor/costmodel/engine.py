@@ -240,10 +240,12 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     e_shard = np.where(ep > 1, ep, tp)
     edp = np.where(ep > 1, dp * tp / ep, dp)
 
+    fsdp = _zero_on_fsdp(a)
+
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
     st = _stage_states(ctx, layers, first, last, pp, tp, e_shard)
-    mem = _memory(ctx, a, layers, st, agb, edp, e_shard)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -284,8 +286,6 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
-    impl = a[:, 20]
-    fsdp = (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
                                            np.where(fsdp, 1.0, ctx.ds_gathers_per_layer))
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
@@ -448,28 +448,29 @@ def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False):
                                       fp8=ctx.fp8_linears, recompute_core=ra, autocast=amp, eager=ctx.eager_layers)
 
 
-def _on_deepspeed(a: np.ndarray):
-    """Rows whose ZeRO runs on DeepSpeed: pure data parallelism with the stage on DeepSpeed (Plan.zero_runtime;
-    launch.deepspeed.runs_on_deepspeed). Hybrids with TP/PP/EP are torch-native."""
+def _zero_on_fsdp(a: np.ndarray) -> np.ndarray:
+    """Rows whose ZeRO-2/3 the runtime shards as FSDP: the plan's zero_impl, else Plan.zero_runtime's default
+    (fsdp_by_default); the other ZeRO rows run on DeepSpeed."""
     zero, tp, pp, ep, impl = a[:, 3], a[:, 1], a[:, 2], a[:, 18], a[:, 20]
-    fsdp = (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
-    return (zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1)
+    return (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
 
 
-def _autocast(ctx: Context, a: np.ndarray):
+def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     """Rows that run eager layers under torch.autocast (Context.eager_layers): every bundled strategy but
-    DeepSpeed's, which casts the module to bf16 itself. A 16-bit run only: fp32 has nothing to cast."""
+    DeepSpeed's (pure data-parallel ZeRO not on FSDP, launch.deepspeed.runs_on_deepspeed; hybrids with TP/PP/EP are
+    torch-native), which casts the module to bf16 itself. A 16-bit run only: fp32 has nothing to cast."""
     if not ctx.eager_layers or ctx.act_bytes != 2:
         return np.zeros(len(a), dtype=bool)
-    return ~_on_deepspeed(a)
+    zero, tp, pp, ep = a[:, 3], a[:, 1], a[:, 2], a[:, 18]
+    return ~((zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1))
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard) -> dict[str, np.ndarray]:
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
-    amp = _autocast(ctx, a)
+    amp = _autocast(ctx, a, fsdp)
     if ctx.transformer:
         ra = a[:, 21] > 0
         plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)

@@ -76,8 +76,9 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         raise UserError(f"token_budget must be positive, got {token_budget!r}")
     try:
         return TrainingSettings(seq_len=seq_len, global_batch=global_batch, precision=precision,
-                                attention_kernel=attention_kernel, kernels=kernels, optimizer=optimizer, allow_recompute=allow_recompute,
-                                allow_batch_change=allow_batch_change, token_budget=token_budget)
+                                attention_kernel=attention_kernel, kernels=kernels, optimizer=optimizer,
+                                allow_recompute=allow_recompute, allow_batch_change=allow_batch_change,
+                                token_budget=token_budget)
     except ValueError as exc:
         raise UserError(f"training settings: {validation_message(exc)}") from None
 
@@ -112,8 +113,8 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     unknown = set(settings) - (set(inspect.signature(training_settings).parameters) - {"model"})
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(sorted(unknown))}; known: seq_len, global_batch, "
-                        "tokens_per_step, precision, attention_kernel, kernels, optimizer, allow_recompute, allow_batch_change, "
-                        "token_budget")
+                        "tokens_per_step, precision, attention_kernel, kernels, optimizer, allow_recompute, "
+                        "allow_batch_change, token_budget")
     if preset is not None:
         settings.setdefault("default_seq_len", preset.default_seq_len)
         if preset.default_precision and "precision" not in settings:

@@ -178,8 +178,9 @@ def elementwise_time_s(tokens: int, layers: float, d_model: int, act_bytes: int,
 #: it twice (max, sum of exponentials) and writes its output (4 + 4 + 4); nll_loss's backward writes a dense fp32
 #: gradient (4); log_softmax's backward reads it, its saved output and the gradient again for the row sum and writes
 #: the input gradient (4 + 4 + 4 + 4); the cast back reads that and writes bf16 (4 + 2): 44, less the fused 4.
-#: Counted from PyTorch's kernels, not fitted; on the H200 rows (benchmarks/results/gpu_trainer_check_2026-11-27_h200.txt)
-#: it is 14 ms of GPT-2 124M's 149 ms step at micro-batch 32 and 21 ms of Qwen2.5 0.5B's 197 ms (a 151,936 vocabulary).
+#: Counted from PyTorch's kernels, not fitted; on the H200 rows
+#: (benchmarks/results/gpu_trainer_check_2026-11-27_h200.txt) it is 14 ms of GPT-2 124M's 149 ms step at
+#: micro-batch 32 and 21 ms of Qwen2.5 0.5B's 197 ms (a 151,936 vocabulary).
 EAGER_LOSS_BYTES_PER_LOGIT = 40.0
 
 
