@@ -47,7 +47,8 @@ def _fitting_split(rb, cluster, workload) -> None:
     from .predict_cmd import plan_for_cluster
 
     t = workload.training.model_copy(update={"precision": rb.precision or workload.training.precision,
-                                             "attention_kernel": rb.attention_kernel or workload.training.attention_kernel})
+                                             "attention_kernel": rb.attention_kernel or workload.training.attention_kernel,
+                                             "kernels": rb.kernels or workload.training.kernels})
     wl = workload.model_copy(update={"training": t})
     per = rb.plan["mb"] * rb.plan.get("m", 1)
     for m in (d for d in range(1, per + 1) if per % d == 0):
@@ -78,7 +79,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     path = Path(args.from_file)
     default_gb, chosen = args.global_batch, None
     if not default_gb:  # only an Accelerate YAML needs it (the others hold their batch): the model's default
-        dwl, chosen = api.make_workload_explained(args.model, seq_len=args.seq_len, finetune=finetune)
+        dwl, chosen = api.make_workload_explained(args.model, seq_len=args.seq_len, finetune=finetune,
+                                                  kernels=getattr(args, "kernels", None) or "eager")
         default_gb = dwl.training.global_batch
     rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
     if chosen is not None and any("assumed --global-batch" in n for n in rb.notes):
@@ -97,7 +99,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     wl = api.make_workload(args.model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
                            precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget,
                            finetune=finetune,
-                           attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash")
+                           attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash",
+                           kernels=getattr(args, "kernels", None) or rb.kernels or "eager")
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)

@@ -34,6 +34,9 @@ class ReadBack:
     precision: Optional[str] = None
     #: TrainingSettings.attention_kernel the file's stack runs (None: the stack's default is the advisor's, flash)
     attention_kernel: Optional[str] = None
+    #: TrainingSettings.kernels the file's stack runs: "fused" for Megatron (its fused norms and vocab-parallel
+    #: cross entropy) and a compiled torchtitan model and loss; None: PyTorch's eager modules, the advisor's default
+    kernels: Optional[str] = None
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: the file holds neither the micro-batch nor the accumulation (an Accelerate YAML without them): mb and m
@@ -176,7 +179,10 @@ _TT_MODELLED = {
                     "pipeline_parallel_microbatch_size", "context_parallel_degree", "context_parallel_rotate_method",
                     "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_compiled_autograd"},
     "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"},
+    "compile": {"enable", "components", "backend"},
 }
+#: [compile] components torchtitan compiles (its Compile config: default both)
+_TT_COMPILE_PARTS = ("model", "loss")
 _TT_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
 
 
@@ -289,9 +295,36 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     rb.seq_len = tr.get("seq_len", 2048)
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
     _torchtitan_fp8(data, rb)
+    _torchtitan_compile(data, rb, where)
     _fsdp_runtime(rb.plan)
     rb.world_size = dp * tp * pp
     return rb
+
+
+def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:
+    """torch.compile of the model and the loss (`[compile] enable` with its `components`, default both; the older
+    `[training] compile = true` compiled both): Inductor fuses the norms' and the loss's elementwise passes, so the
+    run is priced with fused kernels (TrainingSettings.kernels). A compiled model beside an eager loss keeps the
+    eager loss's fp32 logits, so it stays priced eager, the upper bound."""
+    comp = data.get("compile") or {}
+    enable = comp.get("enable", False)
+    if not isinstance(enable, bool):
+        raise UserError(f"{where}: [compile] enable must be true or false, got {enable!r}")
+    parts = comp.get("components", list(_TT_COMPILE_PARTS))
+    if isinstance(parts, str):  # the command line's comma-separated form
+        parts = [p.strip() for p in parts.split(",") if p.strip()]
+    if not isinstance(parts, list) or any(p not in _TT_COMPILE_PARTS for p in parts):
+        raise UserError(f"{where}: [compile] components must be a list of {' and '.join(map(repr, _TT_COMPILE_PARTS))}"
+                        f", got {parts!r}")
+    old = (data.get("training") or {}).get("compile", False)
+    if not isinstance(old, bool):
+        raise UserError(f"{where}: [training] compile must be true or false, got {old!r}")
+    if old or (enable and set(parts) == set(_TT_COMPILE_PARTS)):
+        rb.kernels = "fused"
+        rb.notes.append("torch.compile of the model and the loss: priced with fused norms and loss (--kernels fused)")
+    elif enable and parts:
+        rb.notes.append(f"torch.compile of the {parts[0]} alone: priced with eager kernels (the eager "
+                        f"{'loss' if parts == ['model'] else 'norms'} set the bound; --kernels fused for the lower)")
 
 
 def _torchtitan_fp8(data: dict, rb: ReadBack) -> None:
@@ -588,6 +621,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
     _megatron_attention(vals, switches, rb, where)
+    rb.kernels = "fused"  # Megatron's fused norms (TE or apex) and its vocab-parallel cross entropy
     if rb.plan.get("recompute_attention") and "--deepspeed" in switches and rb.attention_kernel == "flash":
         # Megatron-DeepSpeed checkpoints the core only on its unfused path (ParallelAttention.forward)
         rb.plan.pop("recompute_attention")

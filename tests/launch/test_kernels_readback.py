@@ -1,0 +1,75 @@
+"""`predict --from FILE` prices the kernels the file's stack runs (TrainingSettings.kernels): Megatron's fused norms
+and vocab-parallel cross entropy, a torchtitan model and loss compiled by `[compile]` (or the older
+`[training] compile`), and `--kernels` for the rest; bad `[compile]` values are one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuadvisor.cli import main
+from gpuadvisor.launch.readback import read_config
+
+PRESET = "a6000-4x-pcie"
+TITAN = "[parallelism]\ndata_parallel_shard_degree = 4\n[training]\nlocal_batch_size = 4\nseq_len = 1024\n"
+
+
+@pytest.mark.parametrize("extra, kernels, note", [
+    ("", None, None),
+    ("[compile]\nenable = false\n", None, None),
+    ("[compile]\nenable = true\n", "fused", "fused norms and loss"),
+    ('[compile]\nenable = true\ncomponents = ["model", "loss"]\nbackend = "inductor"\n', "fused", "fused"),
+    ('[compile]\nenable = true\ncomponents = "loss,model"\n', "fused", "fused"),
+    ('[compile]\nenable = true\ncomponents = ["model"]\n', None, "the eager loss set the bound"),
+    ('[compile]\nenable = true\ncomponents = ["loss"]\n', None, "the eager norms set the bound"),
+])
+def test_torchtitan_compile_sets_the_kernels(tmp_path, extra, kernels, note):
+    (tmp_path / "t.toml").write_text(TITAN + extra)
+    rb = read_config(tmp_path / "t.toml", world=4, global_batch=16)
+    assert rb.kernels == kernels and "[compile]" not in rb.ignored
+    assert (note is None and not rb.notes) or any(note in n for n in rb.notes), rb.notes
+
+
+def test_older_training_compile_compiles_both(tmp_path):
+    (tmp_path / "t.toml").write_text(TITAN.replace("seq_len = 1024\n", "seq_len = 1024\ncompile = true\n"))
+    assert read_config(tmp_path / "t.toml", world=4, global_batch=16).kernels == "fused"
+
+
+def test_megatron_runs_fused_and_deepspeed_eager(tmp_path):
+    (tmp_path / "m.txt").write_text("--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 8 "
+                                    "--seq-length 1024 --bf16")
+    assert read_config(tmp_path / "m.txt", world=4, global_batch=8).kernels == "fused"
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, '
+                                      '"zero_optimization": {"stage": 1}, "bf16": {"enabled": true}}')
+    assert read_config(tmp_path / "ds.json", world=4, global_batch=16).kernels is None
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ('[compile]\nenable = "yes"\n', "[compile] enable must be true or false, got 'yes'"),
+    ('[compile]\nenable = true\ncomponents = ["optimizer"]\n', "[compile] components must be a list of 'model' and"),
+    ('[compile]\nenable = true\ncomponents = 3\n', "got 3"),
+    ('[compile]\nenabled = true\n', "did you mean 'enable'?"),
+])
+def test_bad_compile_values_are_one_line(tmp_path, capsys, extra, needle):
+    (tmp_path / "t.toml").write_text(TITAN + extra)
+    rc = main(["predict", "--model", "gpt2", "--preset", PRESET, "--from", str(tmp_path / "t.toml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and err.count("\n") == 1, err
+
+
+def _logits(capsys, *argv: str) -> float:
+    assert main(["predict", "--model", "gpt2-xl", "--preset", PRESET, *argv, "--json"]) in (0, 3)
+    return json.loads(capsys.readouterr().out)["estimate"]["memory"]["logits"]
+
+
+def test_the_kernels_change_the_prediction(tmp_path, capsys):
+    """A compiled run's memory is priced fused (the loss's 4 bytes per logit, not 12), and --kernels reaches a
+    file's prediction (it used to be dropped on the --from path)."""
+    (tmp_path / "eager.toml").write_text(TITAN)
+    (tmp_path / "compiled.toml").write_text(TITAN + "[compile]\nenable = true\n")
+    eager = _logits(capsys, "--from", str(tmp_path / "eager.toml"))
+    compiled = _logits(capsys, "--from", str(tmp_path / "compiled.toml"))
+    forced = _logits(capsys, "--from", str(tmp_path / "eager.toml"), "--kernels", "fused")
+    # 4 sequences x 1024 tokens x 50,257 entries x 12 bytes eager, x 4 fused (memory.LOGIT_BYTES_*)
+    assert eager == pytest.approx(4 * 1024 * 50257 * 12, rel=1e-6)
+    assert compiled == forced == pytest.approx(eager / 3, rel=1e-6)
