@@ -54,18 +54,43 @@ def _num(title: str) -> Column:
     return Column(title, justify="right", no_wrap=True)
 
 
+#: brand words NVML puts before the model ("NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB")
+_BRANDS = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
+
+
+def _short_name(name: Optional[str]) -> str:
+    """NVML's device name without the brand words ("NVIDIA GeForce RTX 4090" -> "RTX 4090"), so the table keeps
+    one line per GPU at 80 columns; the JSON report keeps NVML's name."""
+    if not name:
+        return "?"
+    for brand in _BRANDS:
+        if name.startswith(brand) and len(name) > len(brand):
+            name = name[len(brand):]
+    return name
+
+
+def _pcie_link(g: GpuInfo) -> str:
+    """The PCIe link now and, when it is below the card's maximum (idle GPUs train down), the maximum after a
+    slash: 'Gen5 x16', 'Gen1/4 x16' (the generation alone below), 'Gen4 x8/Gen4 x16'."""
+    now, top = _pcie(g.pcie_gen, g.pcie_width), _pcie(g.pcie_gen_max, g.pcie_width_max)
+    if top in (now, "-"):
+        return now
+    if g.pcie_gen and g.pcie_gen_max and g.pcie_width and g.pcie_width == g.pcie_width_max:
+        return f"Gen{g.pcie_gen}/{g.pcie_gen_max} x{g.pcie_width}"
+    return f"{now}/{top}"
+
+
 def _gpu_rows(gpus: list[GpuInfo]) -> list[RenderableType]:
     """The GPU table, then the fields NVML did not give."""
     table = make_table(_num("#"), Column("name", overflow="fold"), _num("memory"), _num("free"),
-                       Column("CC", no_wrap=True), Column("PCIe now", no_wrap=True), Column("PCIe max", no_wrap=True),
+                       Column("CC", no_wrap=True), Column("PCIe now/max", no_wrap=True),
                        Column("NVLink", no_wrap=True), Column("MIG", no_wrap=True), Column("NUMA", no_wrap=True))
     notes: list[RenderableType] = []
     for g in gpus:
         nvl = "-" if g.nvlinks_total is None else f"{g.nvlinks_active}/{g.nvlinks_total}"
         mig = "-" if g.mig_enabled is None else ("on" if g.mig_enabled else "off")
-        table.add_row(str(g.index), g.name or "?", _gib(g.memory_total_bytes), _gib(g.memory_free_bytes),
-                      _opt(g.compute_capability), _pcie(g.pcie_gen, g.pcie_width),
-                      _pcie(g.pcie_gen_max, g.pcie_width_max), nvl, mig, _opt(g.numa_node))
+        table.add_row(str(g.index), _short_name(g.name), _gib(g.memory_total_bytes), _gib(g.memory_free_bytes),
+                      _opt(g.compute_capability), _pcie_link(g), nvl, mig, _opt(g.numa_node))
         if g.missing:
             fields = ", ".join(f"{m.field} ({m.reason})" for m in g.missing)
             notes.extend(_wrap(f"GPU{g.index} fields NVML did not give: {fields}", bullet=""))
