@@ -59,6 +59,21 @@ def make_console(file: Optional[IO[str]] = None, *, stderr: bool = False, width:
                    highlight=False, soft_wrap=False)
 
 
+#: brand words NVML and the catalog put before the model ("NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB")
+_BRANDS = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
+
+
+def gpu_label(name: Optional[str]) -> str:
+    """A GPU's name for a table cell, without the brand words ("NVIDIA GeForce RTX 4090" -> "RTX 4090"), so
+    tables keep one line per GPU at 80 columns; JSON output keeps the full name."""
+    if not name:
+        return "?"
+    for brand in _BRANDS:
+        if name.startswith(brand) and len(name) > len(brand):
+            name = name[len(brand):]
+    return name
+
+
 def make_table(*columns: Column | str, title: Optional[str] = None) -> Table:
     """A borderless table with a header rule; give wrapping columns `overflow="fold"` and numbers `no_wrap=True`."""
     return Table(*columns, box=HEAD_RULE, show_edge=False, pad_edge=False, header_style="bold", title=title,

@@ -11,7 +11,9 @@ from ..schemas.hardware import Cluster, LinkClass
 
 
 def _gpu(cluster: Cluster) -> str:
-    names = Counter(d.name for n in cluster.nodes for d in n.devices)
+    from .console import gpu_label
+
+    names = Counter(gpu_label(d.name) for n in cluster.nodes for d in n.devices)
     return ", ".join(names)
 
 

@@ -9,7 +9,7 @@ from typing import Iterable, Optional
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 
-from ..cli.console import Column, Group, Text, block, make_table, to_text
+from ..cli.console import Column, Group, Text, block, gpu_label, make_table, to_text
 from ..schemas.hardware import LinkClass
 from ..schemas.measure import MeasureReport
 from ..schemas.probe import GpuInfo, ProbeReport, TopoMatrix
@@ -54,21 +54,6 @@ def _num(title: str) -> Column:
     return Column(title, justify="right", no_wrap=True)
 
 
-#: brand words NVML puts before the model ("NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB")
-_BRANDS = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
-
-
-def _short_name(name: Optional[str]) -> str:
-    """NVML's device name without the brand words ("NVIDIA GeForce RTX 4090" -> "RTX 4090"), so the table keeps
-    one line per GPU at 80 columns; the JSON report keeps NVML's name."""
-    if not name:
-        return "?"
-    for brand in _BRANDS:
-        if name.startswith(brand) and len(name) > len(brand):
-            name = name[len(brand):]
-    return name
-
-
 def _pcie_link(g: GpuInfo) -> str:
     """The PCIe link now and, when it is below the card's maximum (idle GPUs train down), the maximum after a
     slash: 'Gen5 x16', 'Gen1/4 x16' (the generation alone below), 'Gen4 x8/Gen4 x16'."""
@@ -89,7 +74,7 @@ def _gpu_rows(gpus: list[GpuInfo]) -> list[RenderableType]:
     for g in gpus:
         nvl = "-" if g.nvlinks_total is None else f"{g.nvlinks_active}/{g.nvlinks_total}"
         mig = "-" if g.mig_enabled is None else ("on" if g.mig_enabled else "off")
-        table.add_row(str(g.index), _short_name(g.name), _gib(g.memory_total_bytes), _gib(g.memory_free_bytes),
+        table.add_row(str(g.index), gpu_label(g.name), _gib(g.memory_total_bytes), _gib(g.memory_free_bytes),
                       _opt(g.compute_capability), _pcie_link(g), nvl, mig, _opt(g.numa_node))
         if g.missing:
             fields = ", ".join(f"{m.field} ({m.reason})" for m in g.missing)
