@@ -151,3 +151,22 @@ def test_tied_embedding_grad_allreduce_only_with_pipeline():
     from gpuadvisor.costmodel.analytical.pipeline import tied_embedding_grad_bytes
     assert tied_embedding_grad_bytes(50257, 768, 1, 2) == 50257 * 768 * 2
     assert tied_embedding_grad_bytes(50257, 768, 2, 2) == 50257 * 768
+
+
+def test_powersgd_is_priced_at_the_rank_the_trainers_run():
+    """The PowerSGD hook moves powersgd_ratio(POWERSGD_RANK, h) of DDP's fp32 gradient bytes, at the rank the
+    bundled trainers' hook and Accelerate's POWER_SGD hook run (PowerSGDState's default, 1; the engine used to
+    price rank 4 while the trainers ran rank 1)."""
+    from gpuadvisor.costmodel.analytical import Context
+    from gpuadvisor.costmodel.engine import evaluate
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.workload.specs import make_workload
+
+    assert C.POWERSGD_RANK == 1
+    ctx = Context(load_preset("a6000-4x-pcie"), make_workload("gpt2", global_batch=16, seq_len=1024))
+    plain = evaluate(parse_plan("dp=4,mb=4,m=1", nodes=1, devices_per_node=4), ctx).link_bytes["pcie"]
+    hooked = evaluate(parse_plan("dp=4,mb=4,m=1,comm_hook=powersgd", nodes=1, devices_per_node=4),
+                      ctx).link_bytes["pcie"]
+    assert hooked / plain == pytest.approx(C.powersgd_ratio(1, 768), rel=1e-9)
+    assert hooked / plain != pytest.approx(C.powersgd_ratio(4, 768), rel=1e-3)

@@ -60,3 +60,16 @@ def test_launch_files_and_read_back(tmp_path):
         assert rb.plan.get("tp_comm_overlap") is True, name
     why = unsupported_reason(plan, wl, cuda=True)
     assert why is not None and "tp_comm_overlap" in why and "\n" not in why
+
+
+def test_vocabulary_parallel_ends_add_two_collectives_per_micro_batch():
+    """TP collectives per micro-batch: 4 per layer, 2 more per recomputing layer, and the vocabulary-parallel
+    embedding's forward all-reduce and head's backward one (Megatron §3, trainers/vocab.py): with L layers the
+    recomputing plan costs (6L + 2) / (4L + 2) of the plain one, not 6/4."""
+    ctx = _ctx()
+    layers = ctx.model.n_layers
+    base = "dp=4,tp=2,pp=1,zero=0,mb=1,m=16"
+    plain = evaluate(parse_plan(base), ctx).comm["tp@nvlink"]
+    replay = evaluate(parse_plan(base + ",recompute=true"), ctx).comm["tp@nvlink"]
+    assert replay / plain == pytest.approx((6 * layers + 2) / (4 * layers + 2), rel=1e-9)
+    assert replay / plain != pytest.approx(1.5, rel=1e-3)

@@ -262,3 +262,25 @@ def test_megatron_args_carry_the_model_family_and_experts(tmp_path, model, plan_
     args = megatron_parser().parse_args(megatron_args(plan, wl, steps=5))
     for k, v in want.items():
         assert getattr(args, k) == v, k
+
+
+@pytest.mark.parametrize("spec, hook", [("dp=8,mb=2,m=1", "NO"), ("dp=8,mb=2,m=1,ddp_bucket_mb=100,comm_hook=bf16", "BF16"),
+                                        ("dp=8,mb=2,m=1,comm_hook=powersgd", "POWER_SGD")])
+def test_accelerate_yaml_names_the_ddp_kwargs_the_prediction_assumes(tmp_path, spec, hook):
+    """Accelerate's YAML has no DDP keys, so the file says which DistributedDataParallelKwargs the script passes;
+    the text builds accelerate's own dataclass with the plan's bucket, one gradient copy and hook."""
+    pytest.importorskip("accelerate")
+    from accelerate.utils import DDPCommunicationHookType, DistributedDataParallelKwargs
+
+    out, plan = _emitted(tmp_path, spec)
+    text = (out / "accelerate.yaml").read_text()
+    call = text.split("kwargs_handlers=[", 1)[1].split("] (accelerate.utils)", 1)[0]
+    kw = eval(call, {"DistributedDataParallelKwargs": DistributedDataParallelKwargs,  # noqa: S307 (our own text)
+                     "DDPCommunicationHookType": DDPCommunicationHookType})
+    assert kw.bucket_cap_mb == plan.ddp_bucket_mb and kw.gradient_as_bucket_view is True
+    assert kw.comm_hook == DDPCommunicationHookType[hook]
+
+
+def test_accelerate_yaml_names_no_ddp_kwargs_beside_zero(tmp_path):
+    out, _ = _emitted(tmp_path, "dp=8,zero=2,mb=2,m=1")
+    assert "DistributedDataParallelKwargs" not in (out / "accelerate.yaml").read_text()

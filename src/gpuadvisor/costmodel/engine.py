@@ -19,7 +19,7 @@ from ..candidates.enumerate import HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
 from ..schemas.plan import fsdp_by_default
 from .analytical import Context
-from .analytical.comm import Group, allreduce_s
+from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_steps_latency_s
@@ -266,8 +266,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- tensor parallel: 2 all-reduces fwd + 2 bwd per layer per micro-batch (Shoeybi et al. 2019 §3,
     # Fig. 4), +2 per recomputing layer (forward replayed); SP turns them into RS+AG of equal volume. Critical path.
+    # The vocabulary-parallel ends add one each (§3; trainers/vocab.py): the embedding's forward all-reduce on the
+    # first stage and the head's input-gradient all-reduce on the last, both on one stage when pp = 1.
     size = tokens * ctx.h * ctx.act_bytes
-    n_coll = layers * (4.0 + 2.0 * rc)
+    n_coll = layers * (4.0 + 2.0 * rc) + np.where(pp > 1, 1.0, 2.0) * ctx.transformer
     calls = np.where(sp, 2.0, 1.0)
     t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
@@ -760,7 +762,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     n_dev = n_dev - exp + exp * share  # what the gradient sync moves, in dp-group terms
     gb_ddp = n_dev * ctx.grad_bytes_ddp
     gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
-    ratio = min(1.0, 4 * 2.0 / max(ctx.h if ctx.transformer else 256, 1))  # comm.powersgd_ratio, rank 4
+    ratio = powersgd_ratio(POWERSGD_RANK, ctx.h if ctx.transformer else 256)
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
     bucket = bucket_mb * 2 ** 20
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))

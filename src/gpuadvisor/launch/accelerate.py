@@ -96,10 +96,31 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
         lines.append(f"# recompute: the plan checkpoints every {launch.plan.recompute_interval}th layer; transformers' "
                      "gradient checkpointing and fsdp_activation_checkpointing checkpoint every layer (less memory, "
                      "more compute than predicted)")
+    ddp = ddp_kwargs(launch.plan)
+    if ddp:
+        lines.append(f"# DDP: train.py builds its Accelerator with kwargs_handlers=[{ddp}] (accelerate.utils): the "
+                     "prediction counts one copy of the gradients (without gradient_as_bucket_view DDP keeps a "
+                     "second, 4 bytes per parameter) and the plan's gradient buckets")
     if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
         lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
                      "optimizer; gradients are sharded too)")
     return "\n".join(lines + yaml_lines(cfg)) + "\n"
+
+
+#: Plan.comm_hook -> accelerate's DDPCommunicationHookType member (accelerate/utils/dataclasses.py)
+_HOOKS = {"fp16": "FP16", "bf16": "BF16", "powersgd": "POWER_SGD"}
+
+
+def ddp_kwargs(p: Plan) -> Optional[str]:
+    """The DistributedDataParallelKwargs a pure-DDP plan's script passes to its Accelerator (Accelerate's YAML has
+    no DDP keys), None for other plans: the plan's bucket size, gradients as views into the buckets (one copy, as
+    the cost model counts them), and its compression hook at PowerSGD's default rank 1 (comm.POWERSGD_RANK)."""
+    if p.world_size == 1 or p.zero_stage or p.tp > 1 or p.pp > 1:
+        return None
+    args = [f"bucket_cap_mb={p.ddp_bucket_mb:g}", "gradient_as_bucket_view=True"]
+    if p.comm_hook != "none":
+        args.append(f"comm_hook=DDPCommunicationHookType.{_HOOKS[p.comm_hook]}")
+    return f"DistributedDataParallelKwargs({', '.join(args)})"
 
 
 def yaml_lines(cfg: dict) -> list[str]:

@@ -519,6 +519,12 @@ def overlapped_exposed_s(comm_s: float, last_bucket_s: float, window_s: float, c
     return comm_s - hidden + contention * hidden
 
 
+#: PowerSGD's matrix approximation rank: PowerSGDState's default (torch.distributed.algorithms.ddp_comm_hooks.
+#: powerSGD_hook), which Accelerate's DDPCommunicationHookType.POWER_SGD keeps unless comm_state_option sets it
+#: and the bundled trainers' hook uses (trainers/strategies/ddp.py)
+POWERSGD_RANK = 1
+
+
 def powersgd_ratio(rank: int, d_model: int) -> float:
     """PowerSGD rank-r compression of an h×h-ish matrix: r·(n+m)/(n·m) (Vogels et al. 2019 §3)."""
     return min(1.0, rank * 2.0 / max(d_model, 1))

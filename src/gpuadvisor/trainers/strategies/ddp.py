@@ -39,7 +39,9 @@ def wrap_ddp(module: nn.Module, ctx: Context, group=None) -> DDP:
             )
         model.register_comm_hook(group, default_hooks.bf16_compress_hook)
     elif plan.comm_hook == "powersgd":
-        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+        from ...costmodel.analytical.comm import POWERSGD_RANK  # the rank the cost model prices
+
+        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=POWERSGD_RANK,
                                             start_powerSGD_iter=2, random_seed=ctx.job.seed)
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     return model
