@@ -35,6 +35,7 @@ TWO_RANK = {
 }
 TIED = TINY.model_copy(update={"tied_embeddings": True})
 TWO_RANK["pp_1f1b_tied"] = job(TIED, pp=2, num_micro_batches=4, pp_schedule="1f1b")
+TWO_RANK["tp_sp_tied"] = job(TIED, tp=2, sequence_parallel=True)  # one vocabulary-split weight, embedding and head
 TWO_RANK["pp_interleaved_tied"] = job(TIED, pp=2, num_micro_batches=2, pp_schedule="interleaved",
                                       pp_virtual_stages=2)
 FOUR_RANK = {
@@ -42,6 +43,7 @@ FOUR_RANK = {
     "pp2xdp2": job(pp=2, dp=2, num_micro_batches=2),
     "pp2xdp2_tied": job(TIED, pp=2, dp=2, num_micro_batches=2),
     # ZeRO next to TP/PP (torch-native): distributed optimizer (ZeRO-1), FSDP2 x TP (2/3), FSDP2 per stage (3)
+    "tp2xdp2_tied": job(TIED, tp=2, dp=2),
     "zero1_tp2xdp2": job(tp=2, dp=2, zero_stage=1),
     "zero2_tp2xdp2_sp_accum_recompute": job(tp=2, dp=2, zero_stage=2, sequence_parallel=True, num_micro_batches=2,
                                             recompute=True),

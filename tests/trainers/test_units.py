@@ -119,3 +119,13 @@ def test_hybrid_zero_refuses_a_deepspeed_config():
                   coords=coords_of(0, j.plan))
     with pytest.raises(ValueError, match="drop --ds-config"):
         build_strategy(ctx)
+
+
+@pytest.mark.parametrize("vocab, tp", [(64, 2), (50257, 2), (50257, 8), (65, 4), (151936, 8)])
+def test_vocabulary_shards_are_tensor_splits(vocab, tp):
+    """Each TP rank's vocabulary rows are torch.tensor_split's, so they cover [0, V) once, uneven V included."""
+    from gpuadvisor.trainers.vocab import vocab_range
+
+    got = [vocab_range(vocab, r, tp) for r in range(tp)]
+    want = torch.tensor_split(torch.arange(vocab), tp)
+    assert [(int(w[0]), int(w[-1]) + 1) for w in want] == got

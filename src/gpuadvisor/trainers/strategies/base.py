@@ -13,7 +13,7 @@ expert-data-parallel group and divided by dp, `experts.py`), a no-op for every o
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -69,6 +69,8 @@ class Strategy:
                 f"{job.workload.training.global_batch}; make them equal"
             )
         self.owns_loss = True
+        # the loss of the model's output; tensor parallelism swaps in the vocabulary-parallel one (vocab.py)
+        self.loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = loss_fn
         self.scaler = None
         if ctx.amp_dtype == torch.float16:
             self.scaler = torch.amp.GradScaler("cuda")
@@ -146,7 +148,7 @@ class AccumulatingStrategy(Strategy):
         for k, (xm, ym) in enumerate(zip(micro_batches(x, m), micro_batches(y, m))):
             with self.sync_context(last=k == m - 1):
                 with self.autocast():
-                    loss = loss_fn(self.model(xm), ym)
+                    loss = self.loss_fn(self.model(xm), ym)
                 scaled = loss / m  # mean over the replica's batch
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach()

@@ -35,7 +35,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from ..parallel import Context
 from .base import AccumulatingStrategy, make_optimizer
-from .tensor import check_tp, parallelize_gpt
+from .tensor import check_tp, parallelize_gpt, vocab_loss
 
 
 def shard_gpt(model, dp_mesh, ctx: Context, reshard_after_forward: bool):
@@ -64,6 +64,7 @@ class FsdpTensorParallel(AccumulatingStrategy):
         model = parallelize_gpt(self.build_model().to(ctx.device), ctx.mesh_dim("tp"), plan.sequence_parallel)
         self.model = shard_gpt(model, ctx.mesh_dim("dp"), ctx, reshard_after_forward=plan.zero_stage == 3)
         self.optimizer = make_optimizer(self.model.parameters(), ctx)
+        self.loss_fn = vocab_loss(ctx)
         self.owns_loss = ctx.coords["tp"] == 0  # every TP rank computes the same loss; count it once
 
 

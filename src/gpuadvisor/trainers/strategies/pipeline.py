@@ -46,7 +46,7 @@ from ..parallel import Context
 
 if TYPE_CHECKING:
     from torch.distributed.pipelining.stage import _PipelineStageBase
-from .base import Strategy, loss_fn, make_optimizer
+from .base import Strategy, make_optimizer
 
 
 def replicate_stage(mod, dp_mesh):
@@ -74,9 +74,10 @@ class Pipeline(Strategy):
         if self.scaler is not None:
             raise ValueError("fp16 with loss scaling is not supported with pipeline parallelism; use bf16")
         if plan.tp > 1:
-            from .tensor import check_tp
+            from .tensor import check_tp, vocab_loss
 
             check_tp(ctx, self.seq_len)
+            self.loss_fn = vocab_loss(ctx)
         n_chunks = pp * v
         ranges = split_layers(ctx.job.workload.model.n_layers, n_chunks)
         # head starts as a copy of the embedding; tied grads synced per step
@@ -113,11 +114,11 @@ class Pipeline(Strategy):
         if plan.pp_schedule == "gpipe" or m < plan.pp:
             # 1F1B with fewer micro-batches than stages is all forwards then all backwards (its warm-up never
             # ends), i.e. GPipe; Megatron runs it that way, torch's Schedule1F1B refuses it
-            self.schedule = ScheduleGPipe(stages[0], m, loss_fn=loss_fn)
+            self.schedule = ScheduleGPipe(stages[0], m, loss_fn=self.loss_fn)
         elif plan.pp_schedule == "1f1b":
-            self.schedule = Schedule1F1B(stages[0], m, loss_fn=loss_fn)
+            self.schedule = Schedule1F1B(stages[0], m, loss_fn=self.loss_fn)
         else:
-            self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
+            self.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=self.loss_fn)
         # taken before the first forward: `_pre_dp_module_transform`'s hooks swap the TP parameters for DTensor
         # attributes during forward, after which mod.parameters() no longer lists them (their gradients still land
         # on these objects)

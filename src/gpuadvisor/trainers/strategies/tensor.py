@@ -9,8 +9,9 @@ column-parallel projections share one backward all-reduce, as Megatron's fused Q
 Sequence parallel (Korthikanti et al. 2022, §4.2.2): the LayerNorms and residual stream are
 sharded along the sequence; the all-reduces become all-gather (before attention/MLP) and
 reduce-scatter (after), the same bytes, and activation memory outside attention/MLP drops by tp.
-The embeddings, final LayerNorm and LM head stay replicated on every TP rank (their gradients are
-identical on every rank, so no extra communication); the vocabulary is not split.
+The word embedding, LM head and loss are split by vocabulary (`vocab.py`, Megatron §3): each rank keeps V/tp
+rows, its b·s·V/tp logits and their softmax; the final norm and learned positions stay replicated (their
+gradients are identical on every rank, so no extra communication).
 
 TP x DP: the TP-sharded model is wrapped in DDP over the "dp" mesh dimension after
 `_pre_dp_module_transform`, PyTorch's TP+DDP composition hook (DTensor parameters become local
@@ -29,6 +30,7 @@ from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..parallel import Context
+from ..vocab import split_vocab, vocab_parallel_loss
 from .base import AccumulatingStrategy, make_optimizer
 from .ddp import wrap_ddp
 
@@ -97,6 +99,7 @@ def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
     blocks take and give plain tensors, whole (b, s, h) without SP and this rank's (b, s/tp, h) sequence shard
     with it, so the stages of one TP rank exchange those between them (torchtitan's TP inside each PP stage).
     """
+    split_vocab(model, tp_mesh)  # the word embedding and LM head by vocabulary, a tied head kept tied
     for block in model.blocks:
         parallelize_module(block, tp_mesh, block_plan(block, sequence_parallel))
     if sequence_parallel:
@@ -111,6 +114,11 @@ def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
         if present:
             parallelize_module(model, tp_mesh, present)
     return model
+
+
+def vocab_loss(ctx: Context):
+    """The loss of a model whose head `parallelize_gpt` split by vocabulary over the "tp" mesh dimension."""
+    return vocab_parallel_loss(ctx.mesh_dim("tp"), ctx.job.workload.model.vocab_size)
 
 
 def check_tp(ctx: Context, seq_len: int) -> None:
@@ -143,6 +151,7 @@ class TensorParallel(AccumulatingStrategy):
             self.optimizer = zero1_optimizer(model.parameters(), ctx, ctx.group("dp"))
         else:
             self.optimizer = make_optimizer(model.parameters(), ctx)
+        self.loss_fn = vocab_loss(ctx)
         self.owns_loss = ctx.coords["tp"] == 0  # every TP rank computes the same loss; count it once
 
     def sync_context(self, last: bool):
