@@ -13,6 +13,9 @@ def test_unsupported_reasons():
     assert unsupported_reason(hybrid, wl, cuda=True) is None  # TP inside each pipeline stage
     assert "tp=2 must divide n_heads=3" in unsupported_reason(hybrid, wl.model_copy(
         update={"model": wl.model.model_copy(update={"n_heads": 3, "d_model": 63})}), cuda=True)
+    tiny_vocab = wl.model_copy(update={"model": wl.model.model_copy(update={"vocab_size": 1})})
+    assert unsupported_reason(hybrid, tiny_vocab, cuda=True) == \
+        "tp=2 exceeds vocab_size=1 (each rank keeps a share of the vocabulary); lower tp"
     hook = Plan(dp=2, comm_hook="bf16", micro_batch_size=4, devices_per_node=2)
     assert "CUDA" in unsupported_reason(hook, wl, cuda=False)
     assert unsupported_reason(hook, wl, cuda=True) is None

@@ -33,7 +33,8 @@ BNB_CPU_MIN = (0, 50)
 
 
 def tp_shape_reason(plan: Plan, spec: ModelSpec, seq_len: int) -> Optional[str]:
-    """Why `spec` cannot be cut `plan.tp` ways (None if it can): whole heads and MLP columns per rank."""
+    """Why `spec` cannot be cut `plan.tp` ways (None if it can): whole heads and MLP columns per rank, and a share
+    of the vocabulary."""
     tp = plan.tp
     if tp == 1 or spec.kind != "transformer":
         return None
@@ -49,6 +50,8 @@ def tp_shape_reason(plan: Plan, spec: ModelSpec, seq_len: int) -> Optional[str]:
         return f"tp={tp} must divide {', '.join(bad)} (each rank keeps whole heads and MLP columns)"
     if plan.sequence_parallel and seq_len % tp:
         return f"sequence parallel needs seq_len {seq_len} divisible by tp={tp}"
+    if spec.vocab_size < tp:  # trainers/vocab.py gives each rank at least one vocabulary row
+        return f"tp={tp} exceeds vocab_size={spec.vocab_size} (each rank keeps a share of the vocabulary); lower tp"
     return None
 
 
