@@ -165,3 +165,15 @@ def test_the_runtime_that_ran_is_recorded(runs):
     assert runs["llama_fsdp_zero3_by_job"].strategy == "fsdp"
     assert runs["llama_fsdp_zero3"].strategy == "fsdp"
     assert runs["llama_zero3"].strategy == "zero"
+
+
+def test_vocabulary_parallel_ends_run_megatrons_collectives(tmp_path):
+    """Per micro-batch the split embedding all-reduces its partial lookups, and the head all-reduces its input's
+    gradient, or under sequence parallelism all-gathers the norm's shards and reduce-scatters the gradient (the
+    bytes the cost model prices; the head used to all-reduce there and slice)."""
+    from ._launch import run_probe
+
+    got = run_probe(tmp_path, "_vocab_comm_probe.py", {}, 2, timeout=120)
+    assert got == {"head": {"all_reduce": 1},
+                   "head_sp": {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1},
+                   "embedding": {"all_reduce": 1}}, got

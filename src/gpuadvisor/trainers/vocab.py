@@ -9,7 +9,8 @@ split. Per micro-batch this costs what Megatron's layers cost:
 - embedding forward: each rank looks up the tokens in its rows (zero elsewhere) and the partial sums are
   all-reduced (b·s·h); backward needs no communication;
 - head: identity forward, all-reduce of the input's gradient in backward (Megatron's copy-to-TP-region, b·s·h);
-  each rank computes its b·s·V/tp logits;
+  under sequence parallelism an all-gather of the final norm's sequence shards forward and a reduce-scatter of
+  the gradient backward (the same bytes); each rank computes its b·s·V/tp logits;
 - loss: three all-reduces of b·s floats (the row max, the target's logit, the sum of exponentials).
 
 The loss saves one fp32 softmax of the local logits (4 bytes per local logit) and turns it into the gradient in
@@ -17,8 +18,8 @@ place, as Megatron's _VocabParallelCrossEntropy does. Its peak is the forward's:
 copy and the shifted exponentials, 10 bytes per local logit (counted, not measured on a GPU); the cost model
 prices the eager loss at 12 bytes per logit / tp (costmodel.analytical.memory.LOGIT_BYTES_EAGER), which
 F.cross_entropy's backward holds.
-Plain tensors throughout (no DTensor): DDP, FSDP2, ZeroRedundancyOptimizer and the pipeline see ordinary
-parameters, and a tied weight stays one parameter.
+The parameters are plain tensors (DTensor only carries the collectives): DDP, FSDP2, ZeroRedundancyOptimizer
+and the pipeline see ordinary parameters, and a tied weight stays one parameter.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor, Partial, Replicate
 
 
 def vocab_range(vocab: int, rank: int, size: int) -> tuple[int, int]:
@@ -37,33 +39,18 @@ def vocab_range(vocab: int, rank: int, size: int) -> tuple[int, int]:
     return start, start + base + (1 if rank < extra else 0)
 
 
-class _ReduceForward(torch.autograd.Function):
-    """All-reduce (sum) in forward, identity in backward (Megatron's reduce-from-TP-region)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        x = x.clone()
-        dist.all_reduce(x, group=group)
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
+def _from_tp_region(x: torch.Tensor, mesh: Any) -> torch.Tensor:
+    """Sum every rank's partial `x` (all-reduce); the gradient passes through (Megatron's reduce-from-TP-region)."""
+    return DTensor.from_local(x, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()
 
 
-class _ReduceBackward(torch.autograd.Function):
-    """Identity in forward, all-reduce (sum) of the gradient in backward (Megatron's copy-to-TP-region)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
+def _to_tp_region(x: torch.Tensor, mesh: Any) -> torch.Tensor:
+    """The whole input on every rank, its gradient summed over them: identity forward and an all-reduce backward
+    for a replicated `x` (Megatron's copy-to-TP-region); an all-gather forward and a reduce-scatter backward for a
+    sequence-parallel DTensor shard (Megatron's gather-from-sequence-parallel-region)."""
+    if not isinstance(x, DTensor):
+        x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+    return x.redistribute(mesh, [Replicate()]).to_local(grad_placements=[Partial()])
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -99,33 +86,34 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 class VocabParallelEmbedding(nn.Module):
     """This rank's rows [start, end) of a token embedding; forward sums every rank's lookups."""
 
-    def __init__(self, weight: nn.Parameter, start: int, group: Any):
+    def __init__(self, weight: nn.Parameter, start: int, mesh: Any):
         super().__init__()
-        self.weight, self.start, self.group = weight, start, group
+        self.weight, self.start, self.mesh = weight, start, mesh
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         end = self.start + self.weight.shape[0]
         outside = (idx < self.start) | (idx >= end)
         x = F.embedding((idx - self.start).masked_fill(outside, 0), self.weight)
         x = x.masked_fill(outside.unsqueeze(-1), 0.0)
-        return _ReduceForward.apply(x, self.group)
+        return _from_tp_region(x, self.mesh)
 
 
 class VocabParallelHead(nn.Module):
-    """The LM head's rows [start, end) of the vocabulary: (..., h) -> this rank's (..., V/tp) logits."""
+    """The LM head's rows [start, end) of the vocabulary: (..., h) -> this rank's (..., V/tp) logits. Takes the
+    final norm's output whole (a plain tensor, equal on every rank) or sequence-parallel (a Shard(1) DTensor)."""
 
-    def __init__(self, weight: nn.Parameter, start: int, group: Any):
+    def __init__(self, weight: nn.Parameter, start: int, mesh: Any):
         super().__init__()
-        self.weight, self.start, self.group = weight, start, group
+        self.weight, self.start, self.mesh = weight, start, mesh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(_ReduceBackward.apply(x, self.group), self.weight)
+        return F.linear(_to_tp_region(x, self.mesh), self.weight)
 
 
 def split_vocab(model: nn.Module, tp_mesh: Any) -> None:
     """Replace a GPT's (or pipeline stage's) token embedding and LM head, where present, by this TP rank's
     vocabulary shard, in place; a tied head keeps sharing the embedding's (now local) weight."""
-    rank, size, group = tp_mesh.get_local_rank(), tp_mesh.size(), tp_mesh.get_group()
+    rank, size = tp_mesh.get_local_rank(), tp_mesh.size()
     embed, head = getattr(model, "embed", None), getattr(model, "head", None)
     full = embed.tok.weight if embed is not None else head.weight if head is not None else None
     if full is None:
@@ -139,9 +127,9 @@ def split_vocab(model: nn.Module, tp_mesh: Any) -> None:
         return shards[id(w)]
 
     if embed is not None:
-        embed.tok = VocabParallelEmbedding(shard(embed.tok.weight), start, group)
+        embed.tok = VocabParallelEmbedding(shard(embed.tok.weight), start, tp_mesh)
     if head is not None:
-        model.head = VocabParallelHead(shard(head.weight), start, group)
+        model.head = VocabParallelHead(shard(head.weight), start, tp_mesh)
 
 
 def vocab_parallel_loss(tp_mesh: Any, vocab: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -106,9 +106,7 @@ def parallelize_gpt(model, tp_mesh, sequence_parallel: bool):
         ends = {
             # Replicate -> Shard(1) is a local slice forward and an all-gather of gradients backward.
             "embed": PrepareModuleOutput(output_layouts=(Replicate(),), desired_output_layouts=(Shard(1),)),
-            "ln_f": SequenceParallel(),
-            "head": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
-                                       use_local_output=True),
+            "ln_f": SequenceParallel(),  # hands the head its Shard(1) output (vocab.VocabParallelHead gathers it)
         }
         present = {name: style for name, style in ends.items() if getattr(model, name, None) is not None}
         if present:
