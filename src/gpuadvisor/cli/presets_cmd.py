@@ -5,7 +5,8 @@ import argparse
 import json
 from collections import Counter
 
-from rich.console import RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.padding import Padding
 
 from ..schemas.hardware import Cluster, LinkClass
 
@@ -55,16 +56,34 @@ SHORT = 40  # source column length without --full
 
 
 def presets_view(rows: list[dict], full: bool = False) -> RenderableType:
-    """The presets as a table; without `full` the source is cut to SHORT characters."""
-    from .console import Column, make_table
+    """The presets as a table where the console is wide enough for its cells unwrapped, else one block per preset
+    (name, shape and device, then links, network and source indented); without `full` the source is cut to SHORT
+    characters."""
+    return _PresetsView(rows, full)
 
-    table = make_table(Column("NAME", no_wrap=True), Column("NODESxDEV", no_wrap=True),
-                       Column("DEVICE", overflow="fold"), Column("LINKS", overflow="fold"),
-                       Column("NETWORK", overflow="fold"), Column("SOURCE", overflow="fold"))
-    for r in rows:
-        source = r["source"] if full or len(r["source"]) <= SHORT else r["source"][:SHORT - 3] + "..."
-        table.add_row(r["name"], r["shape"], r["gpu"], r["links"], r["network"], source)
-    return table
+
+class _PresetsView:
+    def __init__(self, rows: list[dict], full: bool):
+        self.rows, self.full = rows, full
+
+    def _source(self, r: dict) -> str:
+        return r["source"] if self.full or len(r["source"]) <= SHORT else r["source"][:SHORT - 3] + "..."
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from .console import Column, Text, make_table
+
+        table = make_table(Column("NAME", no_wrap=True), Column("NODESxDEV", no_wrap=True),
+                           Column("DEVICE", overflow="fold"), Column("LINKS", overflow="fold"),
+                           Column("NETWORK", overflow="fold"), Column("SOURCE", overflow="fold"))
+        for r in self.rows:
+            table.add_row(r["name"], r["shape"], r["gpu"], r["links"], r["network"], self._source(r))
+        if console.measure(table, options=options.update_width(10_000)).maximum <= options.max_width:
+            yield table
+            return
+        for r in self.rows:  # too narrow for unwrapped cells: a block per preset
+            yield Text(f"{r['name']}  {r['shape']} {r['gpu']}", style="bold")
+            yield Padding(Text(f"links {r['links']}; network {r['network']}"), (0, 0, 0, 2))
+            yield Padding(Text(f"source: {self._source(r)}"), (0, 0, 0, 2))
 
 
 def run(args: argparse.Namespace) -> int:
