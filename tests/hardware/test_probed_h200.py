@@ -39,8 +39,8 @@ def test_the_measured_gemm_rate_replaces_the_catalogs(report):
 
 
 @pytest.mark.parametrize("name, shown", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 80GB HBM3"),
-                                         ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
-                                         ("NVIDIA RTX A6000", "RTX A6000")])
+                                         ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+                                         ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"), ("NVIDIA RTX A6000", "RTX A6000")])
 @pytest.mark.parametrize("gen", [5, 1])
 def test_the_gpu_table_keeps_one_line_per_gpu_at_80_columns(report, name, shown, gen):
     """The table drops NVML's brand words and shows the PCIe link in one column, so a GPU's row does not fold at

@@ -264,7 +264,8 @@ def test_megatron_args_carry_the_model_family_and_experts(tmp_path, model, plan_
         assert getattr(args, k) == v, k
 
 
-@pytest.mark.parametrize("spec, hook", [("dp=8,mb=2,m=1", "NO"), ("dp=8,mb=2,m=1,ddp_bucket_mb=100,comm_hook=bf16", "BF16"),
+@pytest.mark.parametrize("spec, hook", [("dp=8,mb=2,m=1", "NO"),
+                                        ("dp=8,mb=2,m=1,ddp_bucket_mb=100,comm_hook=bf16", "BF16"),
                                         ("dp=8,mb=2,m=1,comm_hook=powersgd", "POWER_SGD")])
 def test_accelerate_yaml_names_the_ddp_kwargs_the_prediction_assumes(tmp_path, spec, hook):
     """Accelerate's YAML has no DDP keys, so the file says which DistributedDataParallelKwargs the script passes;

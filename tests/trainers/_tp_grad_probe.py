@@ -1,7 +1,8 @@
 """Run under torchrun (2 ranks, world = TP group): gradients of one TP (optionally SP) forward/backward of a job,
-gathered to full tensors (DTensors, and the vocabulary shards of `trainers/vocab.py` concatenated by rank), against
-the same model's single-process gradients; rank 0 writes {job: {param: max |diff| / max |grad|}} to argv[1]. Losses cannot show a wrong gradient on a tiny
-replicated weight (Adam's first steps are sign-like), so this checks the gradients themselves."""
+gathered to full tensors (DTensors, and the vocabulary shards of `trainers/vocab.py` concatenated by rank),
+against the same model's single-process gradients; rank 0 writes {job: {param: max |diff| / max |grad|}} to
+argv[1]. Losses cannot show a wrong gradient on a tiny replicated weight (Adam's first steps are sign-like), so
+this checks the gradients themselves."""
 from __future__ import annotations
 
 import json

@@ -46,9 +46,10 @@ def _fitting_split(rb, cluster, workload) -> None:
     from ..costmodel.combine import estimate
     from .predict_cmd import plan_for_cluster
 
-    t = workload.training.model_copy(update={"precision": rb.precision or workload.training.precision,
-                                             "attention_kernel": rb.attention_kernel or workload.training.attention_kernel,
-                                             "kernels": rb.kernels or workload.training.kernels})
+    tr = workload.training
+    t = tr.model_copy(update={"precision": rb.precision or tr.precision,
+                              "attention_kernel": rb.attention_kernel or tr.attention_kernel,
+                              "kernels": rb.kernels or tr.kernels})
     wl = workload.model_copy(update={"training": t})
     per = rb.plan["mb"] * rb.plan.get("m", 1)
     for m in (d for d in range(1, per + 1) if per % d == 0):
