@@ -144,3 +144,26 @@ def test_one_gpu_without_accumulation_peaks_at_the_backward_or_at_the_optimizer_
     assert step.total - step.framework == pytest.approx(20 * n, rel=0.02)
     fused = mem("dp=1,mb=4,m=1,nodes=1,gpn=1,recompute=true", kernels="fused")  # the paper's count, all at once
     assert fused.gradients == pytest.approx(2 * n, rel=0.01)
+
+
+def test_an_eager_moe_layer_pays_its_expert_loop_on_the_host():
+    """Eager MoE (the bundled trainers', HF transformers'): each routed expert dispatches about
+    overheads.moe_expert_kernels kernels' worth of host work per micro-batch; expert parallelism divides the loop,
+    and fused stacks (grouped GEMM) pay none of it. The step's difference is exactly that host time."""
+    from gpuadvisor.costmodel.calibration import load_calibration
+
+    ov = load_calibration()["overheads"]
+    per_expert = ov["moe_expert_kernels"] * ov["launch_us"] * 1e-6
+    cluster = load_preset("hgx-h100-8x")
+    wl = make_workload("qwen3-30b-a3b", global_batch=64, seq_len=1024)
+    assert Context(cluster, wl).moe_loop_kernels == 128 * ov["moe_expert_kernels"]
+    assert Context(cluster, make_workload("qwen3-30b-a3b", global_batch=64, seq_len=1024,
+                                          kernels="fused")).moe_loop_kernels == 0.0
+    assert Context(cluster, make_workload("llama-7b", global_batch=64)).moe_loop_kernels == 0.0
+    layers, m = wl.model.n_layers, 2
+    for spec, ep in (("dp=8,zero=1,mb=4,m=2", 1), ("dp=8,zero=1,mb=4,m=2,ep=8", 8)):
+        ctx = Context(cluster, wl)
+        with_loop = evaluate(parse_plan(spec), ctx).compute_s
+        ctx.moe_loop_kernels = 0.0  # the same plan without the loop
+        without = evaluate(parse_plan(spec), ctx).compute_s
+        assert with_loop - without == pytest.approx(m * layers * 128 / ep * per_expert, rel=1e-9)

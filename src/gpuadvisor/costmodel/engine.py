@@ -642,7 +642,8 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndar
     t_head = t_head + tokens * ctx.V / tp * ctx.loss_bytes / ctx.mem_bw
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
-    t_host = (extra * ctx.kpl + ra * ctx.core_kernels) * ctx.launch_us * 1e-6
+    # the host's dispatch: the layer's kernels, an eager MoE loop over this rank's E/ep experts, the core's replay
+    t_host = (extra * (ctx.kpl + ctx.moe_loop_kernels / a_ep) + ra * ctx.core_kernels) * ctx.launch_us * 1e-6
     return t_layer, t_head, t_host
 
 

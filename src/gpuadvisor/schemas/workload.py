@@ -177,9 +177,10 @@ class TrainingSettings(Frozen):
                              "the layers store: eager (PyTorch modules, as the bundled trainers, HF and accelerate "
                              "run them: under torch.autocast each norm saves an fp32 copy of its input, K and V are "
                              "repeated to every head before SDPA and its output is copied for the projection, the "
-                             "loss runs on an fp32 copy of the logits) or fused (fused norm and cross-entropy "
-                             "kernels and FlashAttention's own layout: llm-foundry's MPT, Liger, torch.compile, "
-                             "Transformer Engine). attention_kernel cudnn implies fused")
+                             "loss runs on an fp32 copy of the logits, a MoE layer loops over its experts in "
+                             "Python) or fused (fused norm and cross-entropy kernels, FlashAttention's own layout "
+                             "and grouped-GEMM experts: llm-foundry's MPT, Liger, torch.compile, Transformer "
+                             "Engine, Megatron, torchtitan). attention_kernel cudnn implies fused")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

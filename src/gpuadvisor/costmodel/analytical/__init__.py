@@ -165,6 +165,12 @@ class Context:
             self.p_layer_exp = float(self.shape.routed_expert_params)
             self.top_k = self.shape.experts_per_token
             self.a2a_eff = float(cal.get("moe", {}).get("alltoall_efficiency", 1.0))
+            # an eager MoE layer loops over its routed experts in Python (the bundled trainers' MoE, HF
+            # transformers' MoE blocks): each expert's mask, nonzero, gather, MLP, weighting and scatter-add,
+            # forward and backward, dispatched from the host (overheads.moe_expert_kernels, in kernels_per_layer's
+            # unit; engine._compute divides the loop by ep). Grouped-GEMM stacks (fused) launch a few kernels.
+            self.moe_loop_kernels = (self.shape.n_experts * float(ov["moe_expert_kernels"])
+                                     if self.shape.moe and self.eager_layers else 0.0)
             # DeepSpeed ZeRO-3 walks parameters one by one: each layer's tensors (LayerShape.tensor_numels)
             self.layer_tensors = self.shape.tensor_numels()
             self._finetune(workload, cal)
@@ -176,6 +182,7 @@ class Context:
             self.p_emb = self.p_head = self.p_final_norm = 0
             self.shape = None
             self.p_layer_exp, self.top_k, self.a2a_eff = 0.0, 0, 1.0
+            self.moe_loop_kernels = 0.0
             self.tied = False
             self.layer_fpt = self.head_fpt = 0.0
             self.fps = float(m.flops_per_sample or 0.0)
