@@ -25,8 +25,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2,))
     weight = torch.nn.Parameter(torch.randn(5, 8))  # 10 vocabulary rows, 5 per rank
-    head, embed = VocabParallelHead(weight, 5 * mesh.get_local_rank(), mesh), VocabParallelEmbedding(
-        weight, 5 * mesh.get_local_rank(), mesh)
+    head, embed = VocabParallelHead(weight, mesh), VocabParallelEmbedding(weight, 5 * mesh.get_local_rank(), mesh)
     whole = torch.randn(2, 4, 8, requires_grad=True)
     shard = DTensor.from_local(torch.randn(2, 2, 8, requires_grad=True), mesh, [Shard(1)], run_check=False)
     ids = torch.randint(0, 10, (2, 4))

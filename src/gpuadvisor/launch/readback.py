@@ -324,7 +324,8 @@ def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:
         rb.notes.append("torch.compile of the model and the loss: priced with fused norms and loss (--kernels fused)")
     elif enable and parts:
         rb.notes.append(f"torch.compile of the {parts[0]} alone: priced with eager kernels (the eager "
-                        f"{'loss' if parts == ['model'] else 'norms'} set the bound; --kernels fused for the lower)")
+                        f"{'loss' if set(parts) == {'model'} else 'norms'} set the bound; --kernels fused for the "
+                        "lower)")
 
 
 def _torchtitan_fp8(data: dict, rb: ReadBack) -> None:

@@ -99,12 +99,13 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class VocabParallelHead(nn.Module):
-    """The LM head's rows [start, end) of the vocabulary: (..., h) -> this rank's (..., V/tp) logits. Takes the
-    final norm's output whole (a plain tensor, equal on every rank) or sequence-parallel (a Shard(1) DTensor)."""
+    """The LM head's rows of the vocabulary (`weight`, this rank's shard): (..., h) -> this rank's (..., V/tp)
+    logits. Takes the final norm's output whole (a plain tensor, equal on every rank) or sequence-parallel (a
+    Shard(1) DTensor)."""
 
-    def __init__(self, weight: nn.Parameter, start: int, mesh: Any):
+    def __init__(self, weight: nn.Parameter, mesh: Any):
         super().__init__()
-        self.weight, self.start, self.mesh = weight, start, mesh
+        self.weight, self.mesh = weight, mesh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(_to_tp_region(x, self.mesh), self.weight)
@@ -129,7 +130,7 @@ def split_vocab(model: nn.Module, tp_mesh: Any) -> None:
     if embed is not None:
         embed.tok = VocabParallelEmbedding(shard(embed.tok.weight), start, tp_mesh)
     if head is not None:
-        model.head = VocabParallelHead(shard(head.weight), start, tp_mesh)
+        model.head = VocabParallelHead(shard(head.weight), tp_mesh)
 
 
 def vocab_parallel_loss(tp_mesh: Any, vocab: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
