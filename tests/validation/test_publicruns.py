@@ -9,8 +9,9 @@ import pytest
 
 from gpuadvisor.publicruns import (LIMITS, Unsupported, kendall_tau, load_runs, mape, megatron_flops_per_token,
                                    regret, to_inputs)
-from gpuadvisor.publicruns.evaluate import (Outcome, group_scores, loso_mape, megatron_tflops_check, scaling_scores,
-                                            summarize)
+from gpuadvisor.publicruns.evaluate import (Outcome, evaluate_runs, group_scores, loso_mape, megatron_tflops_check,
+                                            scaling_scores, summarize)
+from gpuadvisor.workload.shapes import layer_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,6 +129,28 @@ def test_mpt7b_llmfoundry_row_is_a_zero3_fsdp_plan(runs):
     assert m.params == pytest.approx(r.params, rel=0.02)
     assert inp.cluster.nodes[0].devices[0].spec_key == "a100-sxm-80gb"
     assert inp.workload.training.precision == "bf16"
+
+
+def test_stacks_without_dropout_store_no_masks_and_their_runs_fit(runs):
+    """llm-foundry's MPT, llm.c and nanoGPT train without dropout; Megatron keeps its 0.1 defaults. The MPT-1b run
+    at micro-batch 10 on A100 40GB ran: with dropout masks it was predicted 41.1 GiB, over the card."""
+    mpt = _run(runs, "llmfoundry_mpt:179")
+    assert (mpt.model_name, mpt.micro_batch, mpt.gpu) == ("MPT-1b", 10, "A100 40GB")
+    assert to_inputs(mpt).workload.model.dropout is False
+    assert to_inputs(_find(runs, family="single_node_gpt2", source_id="llmc_scripts")).workload.model.dropout is False
+    megatron = to_inputs(_run(runs, "megatron_lm:1"), approximate=list(LIMITS))
+    assert megatron.workload.model.dropout is None and layer_shape(megatron.workload.model).dropout
+    (o,) = evaluate_runs([mpt])
+    assert o.infeasible_reason is None and o.predicted_mem_gib < o.capacity_gib
+
+
+def test_torchtitan_kernels_follow_whether_and_when_it_compiled(runs):
+    """torchtitan without torch.compile runs eager modules; its December 2024 release compiled the blocks and left
+    the loss eager (fused-layers); 2025's compiles the loss too (fused)."""
+    kernels = {ref: to_inputs(_run(runs, ref), approximate=list(LIMITS)).workload.training.kernels
+               for ref in ("torchtitan:1", "torchtitan:2", "torchtitan:19")}
+    assert kernels == {"torchtitan:1": "eager", "torchtitan:2": "fused-layers", "torchtitan:19": "fused"}
+    assert to_inputs(_run(runs, "llmfoundry_mpt:179")).workload.training.kernels == "fused"
 
 
 def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):

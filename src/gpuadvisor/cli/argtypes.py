@@ -21,7 +21,8 @@ ATTENTION_HELP = ("attention kernel of the stack you will train with: flash = Fl
 KERNELS_HELP = ("what the layers and loss store: eager = PyTorch modules, as the bundled trainers (launch.sh), HF and "
                 "accelerate run them (autocast norms keep fp32 inputs, SDPA's K/V and output copies, cross-entropy "
                 "on fp32 logits, MoE experts looped in Python; default), fused = fused norm and loss kernels and "
-                "grouped-GEMM experts (llm-foundry, Liger, torch.compile, Megatron, torchtitan)")
+                "grouped-GEMM experts (llm-foundry, Liger, torch.compile, Megatron, torchtitan), fused-layers = "
+                "compiled layers beside an eager fp32 loss (torch.compile of the model alone)")
 
 
 class OneLineParser(argparse.ArgumentParser):

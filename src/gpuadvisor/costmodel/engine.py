@@ -488,7 +488,7 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
             sched == 2, np.minimum(m, pp * (1.0 + (pp - 1) / (pp * v))), np.minimum(pp, m))))
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
-        logits = logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_layers)  # the loss's peak, vocab-parallel
+        logits = logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_loss)  # the loss's peak, vocab-parallel
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)

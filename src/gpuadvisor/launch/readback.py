@@ -302,10 +302,12 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
 
 
 def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:
-    """torch.compile of the model and the loss (`[compile] enable` with its `components`, default both; the older
-    `[training] compile = true` compiled both): Inductor fuses the norms' and the loss's elementwise passes, so the
-    run is priced with fused kernels (TrainingSettings.kernels). A compiled model beside an eager loss keeps the
-    eager loss's fp32 logits, so it stays priced eager, the upper bound."""
+    """torch.compile of the model and the loss (`[compile] enable` with its `components`, default both): Inductor
+    fuses the norms' and the loss's elementwise passes, so the run is priced with fused kernels
+    (TrainingSettings.kernels). The model alone (components = ["model"]) keeps the eager loss's fp32 logits:
+    "fused-layers". The older `[training] compile = true` compiled the model, and the loss only from 2025
+    (torchtitan/components/loss.py build_cross_entropy_loss); before, train.py left it eager ("TODO: compiling loss
+    function causes CUDA errors"), so it is priced fused-layers, the upper bound. The loss alone stays eager."""
     comp = data.get("compile") or {}
     enable = comp.get("enable", False)
     if not isinstance(enable, bool):
@@ -319,13 +321,18 @@ def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:
     old = (data.get("training") or {}).get("compile", False)
     if not isinstance(old, bool):
         raise UserError(f"{where}: [training] compile must be true or false, got {old!r}")
-    if old or (enable and set(parts) == set(_TT_COMPILE_PARTS)):
+    if enable and set(parts) == set(_TT_COMPILE_PARTS):
         rb.kernels = "fused"
         rb.notes.append("torch.compile of the model and the loss: priced with fused norms and loss (--kernels fused)")
+    elif (enable and set(parts) == {"model"}) or old:
+        rb.kernels = "fused-layers"
+        rb.notes.append("torch.compile of the model" + (" ([training] compile: the loss too only in torchtitan "
+                                                         "releases from 2025)" if old and not enable else " alone")
+                        + ": priced with fused layers beside the eager loss's fp32 logits (--kernels fused-layers; "
+                        "--kernels fused if the loss is compiled too)")
     elif enable and parts:
-        rb.notes.append(f"torch.compile of the {parts[0]} alone: priced with eager kernels (the eager "
-                        f"{'loss' if set(parts) == {'model'} else 'norms'} set the bound; --kernels fused for the "
-                        "lower)")
+        rb.notes.append("torch.compile of the loss alone: priced with eager kernels (the eager norms set the bound; "
+                        "--kernels fused for the lower)")
 
 
 def _torchtitan_fp8(data: dict, rb: ReadBack) -> None:

@@ -122,6 +122,10 @@ TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
 #: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"
 UNFUSED_FRAMEWORKS = re.compile(r"megatron-deepspeed", re.IGNORECASE)
 FLASH_SOFTWARE = re.compile(r"flash", re.IGNORECASE)
+#: torchtitan releases of 2024 compiled the model's blocks with `[training] compile` and left the loss eager
+#: (train.py: "TODO: compiling loss function causes CUDA errors, turning off for now"); 2025's
+#: components/loss.py build_cross_entropy_loss compiles it too. Dated by the row's software column.
+TORCHTITAN_EAGER_LOSS = re.compile(r"\b2024\b")
 
 
 class RunInputs(NamedTuple):
@@ -342,10 +346,41 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
     spec = ModelSpec(name=run.model_name, n_layers=run.layers, d_model=run.hidden, n_heads=run.heads,
                      d_ff=ffn, vocab_size=vocab, max_seq_len=run.seq_len if learned_pos else 0,
                      tied_embeddings=not untied, n_kv_heads=kv, mlp="swiglu" if swiglu else "gelu",
-                     source=run.source_ref)
+                     dropout=dropout_of(run), source=run.source_ref)
     if run.params and abs(spec.params / run.params - 1) > 0.02:
         notes.append(f"shape gives {spec.params / 1e9:.3g}B params, the row says {run.params / 1e9:.3g}B")
     return spec
+
+
+#: Stacks that train without dropout whatever the model family's habit: llm-foundry's MPT (MPTConfig resid_pdrop
+#: and emb_pdrop 0.0, attn_config_defaults attn_pdrop 0.0; the pretrain yamls set none), llm.c (train_gpt2.cu has no
+#: dropout layer) and nanoGPT (train.py: dropout = 0.0 "for pretraining 0 is good"). Megatron's GPT keeps its
+#: 0.1 defaults (--hidden-dropout, --attention-dropout), so its rows keep the family default.
+NO_DROPOUT = re.compile(r"llm-foundry|llm\.c|nanoGPT", re.IGNORECASE)
+
+
+def kernels_of(run: PublicRun, notes: list[str]) -> str:
+    """TrainingSettings.kernels of the row's stack. The public stacks fuse their norms and loss (llm-foundry's
+    low-precision LayerNorm and fused cross-entropy, torch.compile in torchtitan and nanoGPT, llm.c's kernels,
+    Transformer Engine): their largest micro-batches ran where eager modules' storage would not fit. torchtitan
+    says whether it compiled: a row that did not ran eager modules; one of 2024 compiled the blocks beside an eager
+    loss (TORCHTITAN_EAGER_LOSS)."""
+    if not TORCHTITAN.search(run.framework) or not run.compile:
+        return "fused"
+    if run.compile.strip().lower().startswith("no"):
+        notes.append("torchtitan without torch.compile: eager norms, K/V copies and loss (kernels eager)")
+        return "eager"
+    if TORCHTITAN_EAGER_LOSS.search(run.software):
+        notes.append("torchtitan of 2024: compiled blocks beside the eager loss's fp32 logits (kernels fused-layers)")
+        return "fused-layers"
+    return "fused"
+
+
+def dropout_of(run: PublicRun) -> Optional[bool]:
+    """False where the row's stack trains without dropout (NO_DROPOUT), else None: the family's default (dropout
+    masks for GELU GPTs, none for gated MLPs). Only activation memory depends on it: 2 one-byte masks per token
+    and d_model per layer, 2 of GPT's 34 bytes (Korthikanti et al. 2022 §4.1's count)."""
+    return False if NO_DROPOUT.search(run.framework) else None
 
 
 def moe_model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
@@ -597,9 +632,6 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
-    # the public stacks fuse their norms and loss (llm-foundry's low-precision LayerNorm and fused cross-entropy,
-    # torch.compile in torchtitan and nanoGPT, llm.c's kernels, Transformer Engine): their largest micro-batches ran
-    # where eager modules' storage would not fit (TrainingSettings.kernels)
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
-                                attention_kernel=kernel, kernels="fused")
+                                attention_kernel=kernel, kernels=kernels_of(run, notes))
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

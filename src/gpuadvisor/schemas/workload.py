@@ -19,8 +19,10 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 AttentionKernel = Literal["flash", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
-#: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE).
-Kernels = Literal["eager", "fused"]
+#: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE),
+#: "fused-layers" compiled layers beside an eager loss on an fp32 copy of the logits (torch.compile of the model
+#: alone: torchtitan until its loss was compiled too, its compile.components = ["model"]).
+Kernels = Literal["eager", "fused", "fused-layers"]
 KERNELS: tuple[str, ...] = get_args(Kernels)
 
 
@@ -180,7 +182,8 @@ class TrainingSettings(Frozen):
                              "loss runs on an fp32 copy of the logits, a MoE layer loops over its experts in "
                              "Python) or fused (fused norm and cross-entropy kernels, FlashAttention's own layout "
                              "and grouped-GEMM experts: llm-foundry's MPT, Liger, torch.compile, Transformer "
-                             "Engine, Megatron, torchtitan). attention_kernel cudnn implies fused")
+                             "Engine, Megatron, torchtitan) or fused-layers (fused layers, eager fp32 loss: "
+                             "torch.compile of the model alone). attention_kernel cudnn implies fused")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

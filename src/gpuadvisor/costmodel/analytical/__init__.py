@@ -90,7 +90,9 @@ class Context:
         # eager PyTorch layers and loss (TrainingSettings.kernels): what they store beside the paper's count
         # (memory.activation_terms `eager`, `autocast`; memory.LOGIT_BYTES_EAGER)
         self.eager_layers = t.kernels == "eager" and not self.te_layers
-        self.loss_bytes = K.EAGER_LOSS_BYTES_PER_LOGIT if self.eager_layers else 0.0
+        # the loss on an fp32 copy of the logits: eager, or beside compiled layers ("fused-layers")
+        self.eager_loss = t.kernels in ("eager", "fused-layers") and not self.te_layers
+        self.loss_bytes = K.EAGER_LOSS_BYTES_PER_LOGIT if self.eager_loss else 0.0
         self.fp8_linears, self.te_fp8_cache_bytes = False, 0.0
         check_fp8_devices(workload, devs)
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
