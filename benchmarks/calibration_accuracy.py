@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from typing import Optional
 
 from gpuadvisor.publicruns import LIMITS, load_runs
 from gpuadvisor.publicruns.evaluate import (GROUP_FIELDS, MEGATRON_WEAK_SCALING, MIN_GROUP, SCALING_FIELDS,
                                             TAU_GOOD, by_source, evaluate_runs, loso_mape, megatron_tflops_check,
-                                            predicted_oom, worst)
+                                            memory_check, predicted_oom, worst)
 
 #: What the Megatron TFLOP/s check must assume: the weak-scaling table gives no micro-batch or recompute,
 #: and its distributed optimizer runs with TP/PP, which Plan cannot combine.
@@ -76,6 +77,18 @@ def render_oom(rows) -> str:
     return "\n".join(lines)
 
 
+def render_memory(rows: list[dict]) -> str:
+    lines = [f"{'row':20} {'model':16} {'GPUs':>5} {'measured GiB':>12} {'pred GiB':>8} {'ratio':>6} {'fits':>4}  plan"]
+    for r in rows:
+        lines.append(f"{r['ref']:20} {r['model'][:16]:16} {r['gpus']:>5} {r['measured_gib']:>12.1f} "
+                     f"{r['predicted_gib']:>8.1f} {r['ratio']:>6.2f} {'yes' if r['fits'] else 'no':>4}  "
+                     f"{r['plan']}{' (approximated)' if r['approximated'] else ''}")
+    ratios = sorted(r["ratio"] for r in rows)
+    lines.append(f"median ratio {statistics.median(ratios):.2f} (range {ratios[0]:.2f}-{ratios[-1]:.2f}); "
+                 f"{sum(not r['fits'] for r in rows)} of {len(rows)} called out of memory")
+    return "\n".join(lines)
+
+
 def render_megatron(rows: list[dict]) -> str:
     lines = [f"{'row':20} {'model':10} {'GPUs':>5} {'published':>9} {'predicted':>9} {'ratio':>6}  within 15%"]
     for r in rows:
@@ -131,12 +144,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if oom:
         print(f"\nMeasured runs the model calls out of memory ({len(oom)} shown, largest overshoot first):")
         print(render_oom(oom))
+    mem = memory_check(outcomes)
+    if mem:
+        print("\nPeak memory per GPU where the row states it (torchtitan: max reserved; every run ran):")
+        print(render_memory(mem))
     if meg:
         print(f"\nMegatron-style TFLOP/s per GPU ({MEGATRON_WEAK_SCALING}; Megatron's FLOP count; "
               f"approximations: {', '.join(MEGATRON_APPROXIMATIONS)}):")
         print(render_megatron(meg))
     if args.json:
         doc = {"approximations": list(approx), "sources": table, "loso_mape_pct": loso, "megatron_tflops": meg,
+               "memory": mem,
                "worst": [{"ref": o.run.ref, "source_ref": o.run.source_ref, "measured_s": o.measured_s,
                           "predicted_s": o.predicted_s, "ratio": o.ratio, "plan": o.plan} for o in bad],
                "rows": [{"ref": o.run.ref, "source_id": o.run.source_id, "used": o.used,

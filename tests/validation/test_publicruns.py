@@ -10,7 +10,7 @@ import pytest
 from gpuadvisor.publicruns import (LIMITS, Unsupported, kendall_tau, load_runs, mape, megatron_flops_per_token,
                                    regret, to_inputs)
 from gpuadvisor.publicruns.evaluate import (Outcome, evaluate_runs, group_scores, loso_mape, megatron_tflops_check,
-                                            scaling_scores, summarize)
+                                            memory_check, scaling_scores, summarize)
 from gpuadvisor.workload.shapes import layer_shape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -336,6 +336,19 @@ def test_scaling_scores_compare_per_gpu_throughput_across_gpu_counts(runs):
         group.append(Outcome(run, predicted_s=tokens / (predicted * gpus)))
     tau, retention = scaling_scores(group)
     assert tau == pytest.approx(1.0) and retention == pytest.approx((90 / 100) / (80 / 100))
+
+
+def test_memory_check_compares_the_stated_peaks(runs):
+    """Every predicted row that states its memory is compared; the 8B at 32k tokens with full recompute (torchtitan
+    Dec 2024: compiled blocks, eager loss) is within 5 % of its 83.9 GiB, and skipped rows are not listed."""
+    rows = [r for r in runs if r.source_id == "torchtitan_llama3_h100_202412"]
+    check = {c["ref"]: c for c in memory_check(evaluate_runs(rows))}
+    assert "torchtitan:1" not in check  # selective recompute: skipped without the approximation
+    eight = check["torchtitan:4"]
+    assert eight["measured_gib"] == pytest.approx(83.9) and eight["fits"] and not eight["approximated"]
+    assert eight["ratio"] == pytest.approx(eight["predicted_gib"] / 83.9) and 0.95 < eight["ratio"] < 1.05
+    approx = {c["ref"]: c for c in memory_check(evaluate_runs(rows, list(LIMITS)))}
+    assert approx["torchtitan:1"]["approximated"] and set(check) < set(approx)
 
 
 def test_megatron_check_reports_every_weak_scaling_row(runs):

@@ -200,6 +200,21 @@ def predicted_oom(outcomes: list[Outcome], n: int = 10) -> list[Outcome]:
     return sorted(oom, key=lambda o: -((o.predicted_mem_gib or 0) / (o.capacity_gib or 1)))[:n]
 
 
+def memory_check(outcomes: list[Outcome]) -> list[dict]:
+    """Predicted vs measured peak memory per GPU, for every predicted row that states its memory (torchtitan's
+    reading is torch.cuda.max_memory_reserved: the caching allocator's reserve, at least the peak in use). The
+    prediction is the model's peak with its framework share (CUDA context, NCCL, fragmentation); `fits` says
+    whether the model thinks the run fits the card (every one of these ran)."""
+    rows = []
+    for o in outcomes:
+        if o.used and o.run.mem_gib and o.predicted_mem_gib is not None:
+            rows.append({"ref": o.run.ref, "model": o.run.model_name, "gpus": o.run.gpus, "plan": o.plan,
+                         "measured_gib": o.run.mem_gib, "predicted_gib": o.predicted_mem_gib,
+                         "ratio": o.predicted_mem_gib / o.run.mem_gib, "fits": o.infeasible_reason is None,
+                         "approximated": any(a.startswith("approximation") for a in o.assumptions)})
+    return rows
+
+
 def loso_mape(outcomes: list[Outcome]) -> dict[str, Optional[float]]:
     """Leave-one-source-out: MAPE of each source after a multiplicative bias fitted on the other sources.
 
