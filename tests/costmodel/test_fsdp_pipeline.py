@@ -1,7 +1,7 @@
 """ZeRO-3 with pipeline parallelism as torch.distributed.pipelining runs FSDP per stage (torchtitan 3D).
 
-Every backward leaves the stage's parameters unsharded and accumulates unsharded gradients until the last
-micro-batch (PipelineStage.backward_maybe_with_nosync), and torchtitan does not reshard after forward under PP:
+Every backward leaves the stage's parameters unsharded and accumulates unsharded fp32 gradients until the last
+micro-batch (PipelineStage.backward_maybe_with_nosync; FSDP2 upcasts them to its reduce dtype), and torchtitan does not reshard after forward under PP:
 the stage holds ZeRO-1's memory and syncs once per step, whatever the micro-batch count.
 """
 import pytest
@@ -30,9 +30,10 @@ def _plan(zero, pp, m, mb=1):
 def test_fsdp_per_stage_holds_zero1_memory(ctx):
     z3, z1 = evaluate(_plan(3, 2, 16), ctx), evaluate(_plan(1, 2, 16), ctx)
     assert z3.mem.weights == z1.mem.weights  # the stage's whole weights (unsharded after each backward)
-    # unsharded gradients accumulate until the last micro-batch: FSDP2's in its bf16 param_dtype, the distributed
-    # optimizer's in fp32 (torch.autocast over fp32 parameters)
-    assert 2 * z3.mem.gradients == z1.mem.gradients
+    # unsharded gradients accumulate until the last micro-batch, in fp32 for both: FSDP2 upcasts them to its fp32
+    # reduce dtype to accumulate (FSDPParam.to_accumulated_grad_if_needed), the distributed optimizer's are fp32
+    # (torch.autocast over fp32 parameters)
+    assert z3.mem.gradients == z1.mem.gradients
     assert z3.mem.optimizer == z1.mem.optimizer  # only the optimizer states stay sharded over dp
     # without PP, ZeRO-3 shards weights and gradients too
     flat3 = evaluate(parse_plan("dp=16,tp=2,pp=1,zero=3,mb=1,m=8,nodes=4,gpn=8,recompute=true,"

@@ -499,7 +499,11 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
     # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron-Core its grad buffer
     # in the parameters' dtype (DistributedDataParallelConfig.grad_reduce_in_fp32 False)
-    g32 = (zero < 2) & amp
+    # FSDP per pipeline stage (ZeRO-3 with PP) accumulates each stage's unsharded gradients over the micro-batches
+    # without syncing (PipelineStage.backward_maybe_with_nosync), and FSDP2 upcasts them to its reduce dtype to
+    # accumulate (FSDPParam.to_accumulated_grad_if_needed: unsharded_accumulated_grad = grad.to(reduce_dtype)),
+    # fp32 in the bundled trainers and torchtitan (mixed_precision_reduce = "float32")
+    g32 = ((zero < 2) & amp) | ((zero >= 3) & (pp > 1))
     # without data parallelism (no DDP buckets), accumulation or pipelining, eager PyTorch's
     # zero_grad(set_to_none=True) leaves no gradient at the peak, the start of the backward: they are created as the
     # activations are freed, so the step holds max(gradients, activations + logits) beside the weights and optimizer
@@ -549,7 +553,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     # ZeRO-3 with PP is FSDP per pipeline stage as torch.distributed.pipelining runs it: every backward leaves the
     # stage's parameters unsharded and accumulates unsharded gradients until the last micro-batch
     # (PipelineStage.backward_maybe_with_nosync: set_reshard_after_backward(False), set_requires_gradient_sync(False)),
-    # so at the peak the device holds its stage's whole weights and gradients, as ZeRO-1 does
+    # so at the peak the device holds its stage's whole weights and gradients (fp32: g32), as ZeRO-1 does
     z3 = (zero >= 3) & (pp == 1)
     o = np.where(zero >= 1, _sharded(o, f, dp, edp), o)
     g = np.where((zero >= 2) & ((zero < 3) | z3), _sharded(g, f, dp, edp), g)
