@@ -1,5 +1,5 @@
-"""The Model step's Fine-tuning choice and LoRA rank (and its precision and attention choices): the workload the
-later steps rank carries them."""
+"""The Model step's Fine-tuning choice and LoRA rank (and its precision, attention and kernels choices): the workload
+the later steps rank carries them."""
 from __future__ import annotations
 
 from textual.widgets import Input, Select, Static
@@ -43,6 +43,12 @@ async def test_choose_qlora_and_rank():
         t = app.workload.training
         assert (t.precision, t.attention_kernel) == ("fp8", "cudnn")
         assert "fp8, cuDNN attention" in " ".join(text_of(status).split())
+        # the stack's kernels reach the workload (and with it the memory the ranking prices), and are said
+        app.screen.query_one("#attention", Select).value = "flash"
+        app.screen.query_one("#kernels", Select).value = "fused-layers"
+        await pilot.pause()
+        assert app.workload.training.kernels == "fused-layers"
+        assert "fp8, compiled layers, eager loss" in " ".join(text_of(status).split())
 
 
 @run_async

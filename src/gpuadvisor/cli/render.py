@@ -67,11 +67,14 @@ def describe_cluster(c: Cluster) -> str:
 
 
 def describe_workload(w: Workload) -> str:
-    """One line: model name, params, seq len, batch, precision (and cuDNN attention when asked for)."""
+    """One line: model name, params, seq len, batch, precision (and cuDNN attention or fused kernels when asked
+    for; eager PyTorch modules, the default, go unsaid)."""
     m, t = w.model, w.training
     params = human_count(m.params)
     if m.kind == "transformer":
-        kernel = ", cuDNN attention" if t.attention_kernel == "cudnn" else ""
+        kernel = (", cuDNN attention" if t.attention_kernel == "cudnn" else
+                  ", fused kernels" if t.kernels == "fused" else
+                  ", compiled layers, eager loss" if t.kernels == "fused-layers" else "")
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
                 f"global batch {t.global_batch}, {t.precision}{kernel}")
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"

@@ -1,5 +1,5 @@
 """Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, the attention
-kernel of the stack, budget, and fine-tuning (full, LoRA or QLoRA with its rank)."""
+kernel and the kernels (eager or fused) of the stack, budget, and fine-tuning (full, LoRA or QLoRA with its rank)."""
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -21,6 +21,10 @@ from .base import StepScreen
 #: attention kernel".
 KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"),
            ("unfused (HF eager, Megatron-DeepSpeed)", "eager"))
+#: What the layers and loss store: (label, TrainingSettings.kernels) — docs/workload.md "kernels".
+STACKS = (("eager PyTorch (bundled trainers, HF, accelerate)", "eager"),
+          ("fused (torch.compile, Megatron, llm-foundry, Liger)", "fused"),
+          ("compiled model, eager loss", "fused-layers"))
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
@@ -66,6 +70,9 @@ class ModelScreen(StepScreen):
                 yield Label("Attention", classes="formlabel")
                 yield Select(KERNELS, value="flash", allow_blank=False, id="attention", compact=True)
             with Horizontal(classes="row"):
+                yield Label("Kernels", classes="formlabel")
+                yield Select(STACKS, value="eager", allow_blank=False, id="kernels", compact=True)
+            with Horizontal(classes="row"):
                 yield Label("Token budget", classes="formlabel")
                 yield Field(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
             with Horizontal(classes="row"):
@@ -84,6 +91,7 @@ class ModelScreen(StepScreen):
     @on(Input.Changed)
     @on(Select.Changed, "#precision")
     @on(Select.Changed, "#attention")
+    @on(Select.Changed, "#kernels")
     @on(Select.Changed, "#finetune")
     def _changed(self) -> None:
         self.validate_form()
@@ -134,7 +142,8 @@ class ModelScreen(StepScreen):
             wl, chosen = api.make_workload_explained(
                 model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
                 precision=str(self.query_one("#precision", Select).value), token_budget=self.token_budget(),
-                finetune=self.finetune(), attention_kernel=str(self.query_one("#attention", Select).value))
+                finetune=self.finetune(), attention_kernel=str(self.query_one("#attention", Select).value),
+                kernels=str(self.query_one("#kernels", Select).value))
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
