@@ -288,7 +288,7 @@ def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nod
     # where the core stores its s x s scores (an unfused "eager" core, full training: transformers/peft have no
     # such mode); with a fused kernel it only adds a core forward, never a candidate
     rcs = [(rc, False) for rc in recomputes] + ([(0.0, True)] if (
-        t.attention_kernel == "eager" and wl.model.kind == "transformer" and not wl.finetune.adapters) else [])
+        wl.model.kind == "transformer" and wl.core_kernel == "eager" and not wl.finetune.adapters) else [])
     sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
     zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}

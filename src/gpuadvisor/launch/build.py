@@ -233,7 +233,7 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
     core = (f"the plan recomputes the attention core (Megatron's selective recompute: {_megatron.FILE} says "
             "--recompute-granularity selective, launch.sh's trainer checkpoints its SDPA core; torchtitan.toml and "
             "the Accelerate files have no such mode and run without it)")
-    if workload.training.attention_kernel == "eager":  # the unfused core's note goes on with it
+    if workload.core_kernel == "eager":  # the unfused core's note goes on with it
         return [notes[0] + "; " + core]
     # with fused attention the core's replay only costs time (priced); say which files run it
     return ["attention: " + core] + notes
@@ -246,7 +246,12 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     from ..costmodel.calibration import gemm_curve
     from . import megatron as _megatron
 
-    if workload.training.attention_kernel == "eager":
+    if workload.core_kernel == "eager" and workload.training.attention_kernel == "flash":
+        return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
+                f"memory): '{workload.model.name}' has attention sinks, which FlashAttention-2 cannot run (HF trains "
+                "it with attn_implementation='eager'); launch.sh's trainer runs SDPA without the sinks. With a "
+                "Transformer Engine whose cuDNN (9.18 or later) fuses them, predict with --attention-kernel cudnn"]
+    if workload.core_kernel == "eager":
         return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
                 "memory, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
                 "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "

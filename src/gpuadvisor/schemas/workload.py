@@ -70,6 +70,10 @@ class ModelSpec(Frozen):
     sliding_window: int = Field(0, description="Sliding-window attention span in tokens; 0 = full attention")
     sliding_window_layers: Optional[int] = Field(
         None, description="How many of the layers use the sliding window (Gemma 2: half); None = all")
+    attention_sinks: bool = Field(
+        False, description="A learned per-head logit in every softmax's denominator (GPT-OSS). FlashAttention-2 has "
+        "no kernel for it, so on the flash stack the core runs unfused (HF trains GPT-OSS with "
+        "attn_implementation='eager'); Transformer Engine's cuDNN attention fuses it from cuDNN 9.18")
     params_override: Optional[int] = Field(None, description="Parameter count for generic models")
     flops_per_sample: Optional[float] = Field(None, description="Training FLOPs per sample (generic models)")
     activation_bytes_per_sample: Optional[float] = Field(None, description="Peak activation bytes per sample (generic)")
@@ -285,3 +289,12 @@ class Workload(Frozen):
     @property
     def tokens_per_step(self) -> int:
         return self.training.global_batch * (self.training.seq_len if self.model.kind == "transformer" else 1)
+
+    @property
+    def core_kernel(self) -> str:
+        """The attention kernel the core runs: TrainingSettings.attention_kernel, except that a model with attention
+        sinks (ModelSpec.attention_sinks, GPT-OSS) on the flash stack runs unfused ("eager"): FlashAttention-2 has
+        no kernel for the sink logit (Dao-AILab/flash-attention #1895, TE disables it for softmax_type
+        'learnable'), and HF trains GPT-OSS with attn_implementation='eager'."""
+        kernel = self.training.attention_kernel
+        return "eager" if kernel == "flash" and self.model.attention_sinks else kernel

@@ -14,7 +14,7 @@ from .convnets import resnet_counts
 _SHAPE_KEYS = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_seq_len", "tied_embeddings",
                "n_kv_heads", "mlp", "head_dim", "norm", "norms_per_layer", "qk_norm", "bias", "qkv_bias", "dropout",
                "n_experts", "experts_per_token", "expert_d_ff", "shared_expert_d_ff", "sliding_window",
-               "sliding_window_layers")
+               "sliding_window_layers", "attention_sinks")
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 
 

@@ -63,8 +63,10 @@ class Context:
         # the attention kernel of the training stack (TrainingSettings.attention_kernel): FlashAttention-2, cuDNN's,
         # or an unfused core ("eager"), which runs Q·Kᵀ and P·V as cuBLAS batched GEMMs (the GEMM rate) and moves the
         # materialised scores through HBM in between (score_traffic, set with the model shape below)
-        eager = t.attention_kernel == "eager"
-        self.attn_rel = {"cudnn": curve.attn_rel_cudnn, "eager": 1.0}.get(t.attention_kernel, curve.attn_rel)
+        # (Workload.core_kernel: attention sinks on the flash stack run unfused)
+        kernel = workload.core_kernel
+        eager = kernel == "eager"
+        self.attn_rel = {"cudnn": curve.attn_rel_cudnn, "eager": 1.0}.get(kernel, curve.attn_rel)
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
         if dev.kind == "cpu" and "cpu_ranks" in cal:
@@ -176,8 +178,13 @@ class Context:
             # DeepSpeed ZeRO-3 walks parameters one by one: each layer's tensors (LayerShape.tensor_numels)
             self.layer_tensors = self.shape.tensor_numels()
             self._finetune(workload, cal)
-            # layer_fpt by GEMM kind (adapters included when they train)
+            # layer_fpt by GEMM kind (adapters included when they train); an unfused core scores every key and masks
+            # the ones outside a sliding window afterwards (HF's eager_attention_forward, TE's unfused attention)
             self.flops_split = K.layer_flops_split(m, self.s, workload.finetune if self.adapters else None)
+            if eager and m.sliding_window:
+                full = K.attention_flops_per_token(m.model_copy(update={"sliding_window": 0,
+                                                                        "sliding_window_layers": None}), self.s)
+                self.flops_split = {**self.flops_split, "core": full}
         else:
             self.L, self.h, self.a, self.V = 1, 1, 1, 0
             self.p_layer = self.params
