@@ -316,7 +316,7 @@ def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
                    attention_kernel=attention_kernel)
     if kwargs.get("trainer_module", TRAINER) == TRAINER:
-        refuse_unmeasurable(wl.training.precision, wl.training.attention_kernel, "confirm")
+        refuse_unmeasurable(wl.training.precision, wl.training.attention_kernel, "confirm", wl.core_kernel)
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     res = _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
     return Confirmation.model_validate({**{k: getattr(res, k) for k in ConfirmResult.model_fields},

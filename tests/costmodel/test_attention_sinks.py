@@ -54,3 +54,10 @@ def test_the_hand_over_names_the_sinks_and_the_way_out():
     (note,) = attention_notes(parse_plan(PLAN), wl, device)
     assert "attention sinks, which FlashAttention-2 cannot run" in note and "--attention-kernel cudnn" in note
     assert not any("sinks" in n for n in attention_notes(parse_plan(PLAN), _wl("gpt-oss-120b", "cudnn"), device))
+
+
+def test_confirm_refuses_to_time_sinks_the_trainers_do_not_run():
+    from gpuadvisor.errors import UserError
+
+    with pytest.raises(UserError, match="attention sinks cannot be measured by the bundled trainers"):
+        api.confirm("gpt-oss-120b", preset=PRESET, top_k=1)

@@ -111,11 +111,17 @@ def refuse_fp8(precision: str, command: str) -> None:
                     f"FP8 predictions; {FP8_FIX[command]}")
 
 
-def refuse_unmeasurable(precision: str, attention_kernel: str, command: str) -> None:
+def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
+                        core_kernel: Optional[str] = None) -> None:
     """`refuse_fp8`, and the same for `attention_kernel` "cudnn" and "eager": the bundled trainers run PyTorch's SDPA
     (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention or an
-    unfused core's slower one."""
+    unfused core's slower one. `core_kernel` (Workload.core_kernel) "eager" on the flash stack is a model with
+    attention sinks, which the trainers' SDPA runs without: the same mismatch."""
     refuse_fp8(precision, command)
+    if core_kernel == "eager" and attention_kernel == "flash":
+        raise UserError(f"{command}: this model's attention sinks cannot be measured by the bundled trainers, whose "
+                        "SDPA attention runs without them while the prediction prices the unfused core they need; "
+                        "time your own stack with `gpuadvisor predict --from` on its config")
     elsewhere = _UNMEASURABLE_KERNELS.get(attention_kernel)
     if elsewhere:
         raise UserError(f"{command}: --attention-kernel {attention_kernel} cannot be measured by the bundled "

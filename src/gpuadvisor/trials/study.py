@@ -427,7 +427,8 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     check_confirm_args(top_k, budget_s, steps, warmup)
     bundled = trainer_module == TRAINER
     if bundled:  # the real trainers measure this host: it must be the hardware the plans are for
-        refuse_unmeasurable(workload.training.precision, workload.training.attention_kernel, "confirm")
+        refuse_unmeasurable(workload.training.precision, workload.training.attention_kernel, "confirm",
+                            workload.core_kernel)
         require_host(cluster)
     show = make_progress(progress)
     planner = planner or DefaultPlanner(cluster, workload, correction)
