@@ -63,12 +63,13 @@ def test_dense_models_are_all_active():
     ("llama31_8b_config.json", "llama-3.1-8b"), ("mistral_7b_config.json", "mistral-7b"),
     ("mixtral_8x7b_config.json", "mixtral-8x7b"), ("qwen25_7b_config.json", "qwen2.5-7b"),
     ("qwen3_30b_a3b_config.json", "qwen3-30b-a3b"), ("gemma2_9b_config.json", "gemma-2-9b"),
+    ("gpt_oss_20b_config.json", "gpt-oss-20b"),  # the keys of HF openai/gpt-oss-20b config.json that are read
 ])
 def test_hf_config_equals_preset(fixture, preset):
     got = model_from_hf_config(str(FIX / fixture))
     want = catalog.presets()[preset].spec
     assert got.params == want.params and got.active_params == want.active_params
-    assert layer_shape(got) == layer_shape(want)
+    assert layer_shape(got) == layer_shape(want) and got.attention_sinks == want.attention_sinks
     assert (got.sliding_window, got.sliding_window_layers or got.n_layers) == \
         (want.sliding_window, want.sliding_window_layers or want.n_layers)
 
@@ -162,3 +163,6 @@ def test_gpt_oss_120b_matches_its_model_card():
     assert rel(spec.params, 116.83e9) <= 0.001
     assert rel(spec.active_params - embedding_params(spec), 5.13e9) <= 0.001
     assert rel(resolve_model("qwen3-235b-a22b").params, 235e9) <= 0.005
+    small = resolve_model("gpt-oss-20b")  # the card's other row: 24 layers, 32 experts, 20.91B / 3.61B
+    assert rel(small.params, 20.91e9) <= 0.001 and rel(small.active_params - embedding_params(small), 3.61e9) <= 0.001
+    assert small.attention_sinks and resolve_model("openai/gpt-oss-20b") == small

@@ -105,7 +105,8 @@ def _decoder_fields(cfg: dict[str, Any], path: Path) -> tuple[str, dict[str, Any
         vocab_size=_int(cfg, "vocab_size", path, fam), max_seq_len=0,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", family.tied_default)),
         mlp=GATE_ACTS[act], norm="rmsnorm", norms_per_layer=family.norms_per_layer, qk_norm=family.qk_norm,
-        bias=bool(cfg.get("mlp_bias", False)), qkv_bias=family.qkv_bias or attn_bias, dropout=False,
+        bias=family.bias or bool(cfg.get("mlp_bias", False)), qkv_bias=family.qkv_bias or attn_bias, dropout=False,
+        attention_sinks=family.sinks,
     )
     fields.update(_moe_fields(cfg, path, fam, family.moe))
     fields.update(_window_fields(cfg, path, family.sliding, layers))

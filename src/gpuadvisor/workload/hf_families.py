@@ -23,6 +23,8 @@ class Family:
     sliding: str = ""                # "": none; "all": every layer when sliding_window is set;
     #                                  "qwen": use_sliding_window and layer index >= max_window_layers;
     #                                  "alternate": even layers (Gemma 2); "pattern": all but every k-th (Gemma 3)
+    bias: bool = False               # every Linear, experts and output projection included, built with a bias
+    sinks: bool = False              # a learned per-head logit in the softmax (ModelSpec.attention_sinks)
 
 
 #: model_type -> layout. Sources: transformers modeling_llama.py (LlamaMLP gate/up/down, attention_bias,
@@ -31,7 +33,9 @@ class Family:
 #: sliding layers from max_window_layers), modeling_qwen2_moe.py (shared_expert + gate), modeling_qwen3.py and
 #: modeling_qwen3_moe.py (q_norm/k_norm over head_dim, attention_bias), modeling_gemma.py (GeGLU, tied),
 #: modeling_gemma2.py (4 norms, sliding window on even layers), modeling_gemma3.py (q/k norms, 5 local : 1 global
-#: via sliding_window_pattern), modeling_phi3.py (fused qkv_proj and gate_up_proj: same parameter count, no bias).
+#: via sliding_window_pattern), modeling_phi3.py (fused qkv_proj and gate_up_proj: same parameter count, no bias),
+#: modeling_gpt_oss.py (GptOssAttention's q/k/v/o with attention_bias and its `sinks` parameter, GptOssExperts'
+#: gate_up_proj_bias and down_proj_bias, a biased router; layer_types alternate sliding and full from layer 0).
 FAMILIES: dict[str, Family] = {
     "llama": Family("Llama"),
     "mistral": Family("Mistral", sliding="all"),
@@ -44,6 +48,7 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family("Gemma 2", tied_default=True, norms_per_layer=4, sliding="alternate"),
     "gemma3_text": Family("Gemma 3", tied_default=True, norms_per_layer=4, qk_norm=True, sliding="pattern"),
     "phi3": Family("Phi-3", sliding="all"),
+    "gpt_oss": Family("GPT-OSS", moe="mixtral", sliding="alternate", bias=True, sinks=True),
 }
 
 #: Activations of the gated MLP: SiLU/Swish -> SwiGLU, GeLU variants -> GeGLU (Shazeer 2020).
