@@ -27,7 +27,7 @@ def test_plan_words_and_the_one_choice_rule():
     assert parse_plan("dp=2,mb=1,recompute=selective").recompute_attention
     assert parse_plan("dp=2,mb=1,recompute=full").recompute and not parse_plan("dp=2,recompute=none").recompute
     assert "recompute_attention=true" in parse_plan("dp=2,recompute=selective").to_string()
-    with pytest.raises(ValueError, match="write recompute=full, selective or none"):
+    with pytest.raises(ValueError, match="write recompute=full, selective, op or none"):
         parse_plan("dp=2,mb=1,recompute=partial")
     with pytest.raises(ValueError, match="one choice"):
         Plan(recompute=True, recompute_attention=True)

@@ -199,9 +199,12 @@ def test_torchtitan_fsdp_under_pipeline_reads_back_by_its_resharding(tmp_path):
         read_config(tmp_path / "bogus.toml", world=8, global_batch=8)
 
 
-def test_torchtitan_per_op_selective_checkpointing_reads_back_as_its_measured_layer_level_twin(tmp_path):
-    """selective_ac_option "op" (torchtitan's default) is not a Plan mode: read as one block in 2 checkpointed,
-    the layer-level mode torchtitan measured at the same speed, with a note; "2" is that mode exactly."""
+def test_torchtitan_per_op_selective_checkpointing_reads_back_as_recompute_ops(tmp_path):
+    """selective_ac_option "op" (torchtitan's default) is Plan.recompute_ops, "2" layer-level every other block;
+    the torchtitan file written for an op plan says "op" again (the round trip)."""
+    from gpuadvisor.launch.torchtitan import titan_config
+    from gpuadvisor.workload.specs import make_workload
+
     base = ("[parallelism]\ndata_parallel_shard_degree = 4\n[training]\nlocal_batch_size = 2\n"
             "global_batch_size = 8\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"{}\"\n")
     plans = {}
@@ -209,10 +212,12 @@ def test_torchtitan_per_op_selective_checkpointing_reads_back_as_its_measured_la
         (tmp_path / f"{option}.toml").write_text(base.format(option))
         rb = read_config(tmp_path / f"{option}.toml", world=4, global_batch=8)
         plans[option] = parse_plan(rb.spec(), nodes=1, devices_per_node=4)
-        if option == "op":
-            assert any("per-op selective" in n and "upper bound" in n for n in rb.notes)
-    assert plans["op"] == plans["2"] and plans["op"].recompute and plans["op"].recompute_interval == 2
+    assert plans["op"].recompute_ops and not plans["op"].recompute
+    assert plans["2"].recompute and plans["2"].recompute_interval == 2 and not plans["2"].recompute_ops
     assert plans["op"].zero_impl == "fsdp"  # torchtitan's FSDP2: priced without DeepSpeed's per-rank bookkeeping
+    wl = make_workload("llama-7b", seq_len=2048, global_batch=8)
+    assert titan_config(plans["op"], wl, steps=10)["activation_checkpoint"] == {"mode": "selective",
+                                                                                "selective_ac_option": "op"}
 
 
 @pytest.mark.parametrize("stage,overlap", [(1, False), (2, False), (3, True)])

@@ -23,6 +23,10 @@ TWO_RANK = {
     "dp_accum_recompute": job(dp=2, num_micro_batches=2, recompute=True),
     "tp": job(tp=2),
     "tp_sp_recompute": job(tp=2, sequence_parallel=True, recompute=True),
+    # op-level selective checkpointing (torchtitan's 'op'): under TP + SP its policy sees DTensor matmuls and the
+    # sequence-parallel reduce-scatters; under FSDP2 the gathered weights
+    "tp_sp_recompute_ops": job(tp=2, sequence_parallel=True, recompute_ops=True),
+    "zero3_accum_recompute_ops": job(dp=2, zero_stage=3, num_micro_batches=2, recompute_ops=True),
     "pp_1f1b_recompute_attention": job(pp=2, num_micro_batches=2, pp_schedule="1f1b", recompute_attention=True),
     "pp_gpipe_recompute": job(pp=2, num_micro_batches=2, pp_schedule="gpipe", recompute=True),
     "pp_1f1b": job(pp=2, num_micro_batches=4, pp_schedule="1f1b"),

@@ -179,24 +179,23 @@ def test_unstated_network_is_the_generations_dgx_fabric_only_as_an_approximation
     assert any("DGX-A100 compute fabric" in a for a in inp.assumptions)
 
 
-def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approximation(runs):
-    """torchtitan's per-op SAC is not a Plan mode: refused strictly, and under `selective-recompute` priced as
-    its measured twin, layer-level every other block; an unstated selective fraction (fms-fsdp) from the row's
-    HFU/MFU (= 1 + fraction/3)."""
+def test_per_op_selective_recompute_is_a_plan_mode_and_a_selective_fraction_an_approximation(runs):
+    """torchtitan's per-op SAC maps strictly to Plan.recompute_ops; its layer-level mode to every other block; an
+    unstated selective fraction (fms-fsdp) from the row's HFU/MFU (= 1 + fraction/3) only as an approximation."""
     op = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
                activation_checkpointing="selective (op)")
     layer = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
                   activation_checkpointing="selective (layer)")
-    approx = ["selective-recompute", "network-unstated"]
-    with pytest.raises(Unsupported, match="selective recompute"):
-        to_inputs(op, approximate=["network-unstated"])
-    a, b = to_inputs(op, approximate=approx), to_inputs(layer, approximate=["network-unstated"])
-    assert a.plan.recompute and a.plan.recompute_interval == 2 and a.plan == b.plan
-    assert any("approximation selective-recompute" in n for n in a.assumptions)
+    a, b = to_inputs(op, approximate=["network-unstated"]), to_inputs(layer, approximate=["network-unstated"])
+    assert a.plan.recompute_ops and not a.plan.recompute and not any("selective-recompute" in n for n in a.assumptions)
+    assert b.plan.recompute and b.plan.recompute_interval == 2 and not b.plan.recompute_ops
     # fms-fsdp: 13B on A100 at HFU 69 / MFU 61 checkpoints 0.39 of its blocks (every 3rd); 70B at 74 / 55 all of
     # them (its scripts/70b.sh: fsdp_activation_checkpointing with selective_checkpointing=1)
-    fms13 = to_inputs(_find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective",
-                            gpu="A100 80GB", mfu_pct=61.0), approximate=list(LIMITS))
+    fms = _find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective", gpu="A100 80GB",
+                mfu_pct=61.0)
+    with pytest.raises(Unsupported, match="selective recompute"):
+        to_inputs(fms)
+    fms13 = to_inputs(fms, approximate=list(LIMITS))
     assert fms13.plan.recompute and fms13.plan.recompute_interval == 3
     assert any("HFU 69 / MFU 61" in n for n in fms13.assumptions)
     fms70 = to_inputs(_find(runs, source_id="fms_fsdp_readme", activation_checkpointing="selective",
@@ -204,21 +203,18 @@ def test_per_op_selective_recompute_maps_to_every_other_block_only_as_an_approxi
     assert fms70.plan.recompute and fms70.plan.recompute_interval == 1
     # a torchtitan row that says only "selective" ran its train config's per-op mode (llama3_8b.toml 'op')
     titan = _find(runs, source_id="torchtitan_llama3_h100_202412", activation_checkpointing="selective")
-    t = to_inputs(titan, approximate=["selective-recompute"])
-    assert t.plan.recompute_interval == 2 and any("llama3_8b.toml" in n for n in t.assumptions)
+    t = to_inputs(titan)
+    assert t.plan.recompute_ops and any("llama3_8b.toml" in n for n in t.assumptions)
 
 
 def test_torchtitan_llama3_8b_is_swiglu_with_8_kv_heads(runs):
     r = _run(runs, "torchtitan:1")
-    with pytest.raises(Unsupported, match="selective recompute"):
-        to_inputs(r)
-    inp = to_inputs(r, approximate=["selective-recompute"])
+    inp = to_inputs(r)
     m = inp.workload.model
     assert (m.mlp, m.n_kv_heads, m.n_heads, m.tied_embeddings) == ("swiglu", 8, 32, False)
     assert m.params == pytest.approx(r.params, rel=0.01)
-    assert inp.plan.zero_stage == 3 and inp.plan.recompute_interval == 2  # per-op SAC, as its layer-level twin
+    assert inp.plan.zero_stage == 3 and inp.plan.recompute_ops  # per-op SAC, its train config's mode
     assert inp.cluster.nodes[0].devices[0].memory_bytes == 96 * 1024**3  # the row's 96 GB, not the catalog's 80
-    assert any("approximation selective-recompute" in a for a in inp.assumptions)
 
 
 def test_rows_beyond_the_model_name_every_blocker(runs):
@@ -340,15 +336,17 @@ def test_scaling_scores_compare_per_gpu_throughput_across_gpu_counts(runs):
 
 def test_memory_check_compares_the_stated_peaks(runs):
     """Every predicted row that states its memory is compared; the 8B at 32k tokens with full recompute (torchtitan
-    Dec 2024: compiled blocks, eager loss) is within 5 % of its 83.9 GiB, and skipped rows are not listed."""
+    Dec 2024: compiled blocks, eager loss) and at 8k with per-op checkpointing are within 5 % of what they measured,
+    and skipped rows are not listed."""
     rows = [r for r in runs if r.source_id == "torchtitan_llama3_h100_202412"]
     check = {c["ref"]: c for c in memory_check(evaluate_runs(rows))}
-    assert "torchtitan:1" not in check  # selective recompute: skipped without the approximation
+    assert "torchtitan:5" not in check  # context parallelism: skipped
     eight = check["torchtitan:4"]
     assert eight["measured_gib"] == pytest.approx(83.9) and eight["fits"] and not eight["approximated"]
     assert eight["ratio"] == pytest.approx(eight["predicted_gib"] / 83.9) and 0.95 < eight["ratio"] < 1.05
-    approx = {c["ref"]: c for c in memory_check(evaluate_runs(rows, list(LIMITS)))}
-    assert approx["torchtitan:1"]["approximated"] and set(check) < set(approx)
+    # per-op selective checkpointing (Plan.recompute_ops) at micro-batch 2: within 5 % of 82.4 GiB, eager
+    op = check["torchtitan:1"]
+    assert not op["approximated"] and 0.95 < op["ratio"] < 1.05
 
 
 def test_megatron_check_reports_every_weak_scaling_row(runs):

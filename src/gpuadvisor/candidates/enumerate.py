@@ -111,6 +111,9 @@ ZERO_IMPLS = (None, "deepspeed", "fsdp")
 # share of the layers that recompute, as enumerated: none, every layer, every other layer (Plan.recompute_interval 2:
 # torchtitan's layer-level selective checkpointing default, Megatron's block method over half a stage)
 RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
+# the "recompute_attention" column's codes: no selective recompute, the attention core's (Plan.recompute_attention),
+# op-level (Plan.recompute_ops, never enumerated: `predict` and the torchtitan readback price it)
+CORE_RECOMPUTE = (None, "attention", "ops")
 # one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
@@ -125,8 +128,11 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
-    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap", "recompute_attention"):
+    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
+    # the column is the core's recompute mode (CORE_RECOMPUTE): none, the attention core's, op-level
+    mode = CORE_RECOMPUTE[int(f["recompute_attention"])]
+    f["recompute_attention"], f["recompute_ops"] = mode == "attention", mode == "ops"
     f.update(Plan.recompute_fields(float(f["recompute"])))  # the column is Plan.recompute_fraction
     f["pp_schedule"] = SCHEDULES[int(f["pp_schedule"])]
     f["comm_hook"] = HOOKS[int(f["comm_hook"])]

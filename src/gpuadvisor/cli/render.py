@@ -128,6 +128,8 @@ def plan_label(e: Estimate) -> str:
         bits.append("recompute" if p.recompute_interval == 1 else f"recompute 1/{p.recompute_interval}")
     if p.recompute_attention:
         bits.append("recompute attn")
+    if p.recompute_ops:
+        bits.append("recompute op")
     if p.comm_hook != "none":
         bits.append(f"hook={p.comm_hook}")
     if p.zero_hpz_partition_size > 1:

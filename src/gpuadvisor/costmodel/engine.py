@@ -45,7 +45,8 @@ def plan_row(p: Plan) -> tuple:
             SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             ORDERS.index(p.mesh_order), p.ddp_bucket_mb, HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
-            ZERO_IMPLS.index(p.zero_impl), int(p.recompute_attention), p.global_batch())
+            ZERO_IMPLS.index(p.zero_impl), 1 if p.recompute_attention else 2 if p.recompute_ops else 0,
+            p.global_batch())
 
 
 class Eval:
@@ -259,7 +260,12 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- compute of one micro-batch on the busiest stage (compute.py) ----
     tokens = mb * ctx.s
-    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, a[:, 21], m)
+    # the core's recompute mode (candidates.CORE_RECOMPUTE): the attention core's (ra) or op-level (rop); `rcx` is
+    # the replayed share of a layer's forward FLOPs, the recomputing layers' (rc) and op-level's
+    # (Context.op_replay), where the forward and backward are told apart
+    ra, rop = (a[:, 21] == 1).astype(float), (a[:, 21] == 2).astype(float)
+    rcx = rc + rop * ctx.op_replay
+    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, ra, m, rop)
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
     # them past their thresholds: docs/cost-model.md, known gaps)
     t_mb = layers * t_layer + t_head + layers * t_host
@@ -269,7 +275,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # The vocabulary-parallel ends add one each (§3; trainers/vocab.py): the embedding's forward all-reduce on the
     # first stage and the head's input-gradient all-reduce on the last, both on one stage when pp = 1.
     size = tokens * ctx.h * ctx.act_bytes
-    n_coll = layers * (4.0 + 2.0 * rc) + np.where(pp > 1, 1.0, 2.0) * ctx.transformer
+    # op-level recompute replays the forward's collectives it does not save: both all-reduces, or under SP both
+    # all-gathers (the reduce-scatters' outputs are saved), one all-reduce's volume
+    n_coll = (layers * (4.0 + 2.0 * rc + rop * np.where(sp, 1.0, 2.0))
+              + np.where(pp > 1, 1.0, 2.0) * ctx.transformer)
     calls = np.where(sp, 2.0, 1.0)
     t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
@@ -288,7 +297,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
-    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
+    z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rcx, layers, t_layer, t_head, e_shard,
                                            np.where(fsdp, 1.0, ctx.ds_gathers_per_layer))
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
     # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
@@ -442,12 +451,14 @@ def _stage_states(ctx: Context, layers, first, last, pp, tp, e_shard) -> dict[st
             "w_first": w_first, "w_last": w_last, "train_first": train, "train_last": train}
 
 
-def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False):
+def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False, rop=False):
     """Stored activations of one layer for one micro-batch (memory.activation_bytes_per_layer); `ra`: the attention
-    core recomputes (Plan.recompute_attention); `amp`: the plan runs under torch.autocast (_autocast)."""
+    core recomputes (Plan.recompute_attention); `amp`: the plan runs under torch.autocast (_autocast); `rop`:
+    op-level selective checkpointing (Plan.recompute_ops)."""
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
                                       shape=ctx.shape, frozen=ctx.frozen_roles, te=ctx.te_layers,
-                                      fp8=ctx.fp8_linears, recompute_core=ra, autocast=amp, eager=ctx.eager_layers)
+                                      fp8=ctx.fp8_linears, recompute_core=ra, autocast=amp, eager=ctx.eager_layers,
+                                      recompute_ops=rop)
 
 
 def _zero_on_fsdp(a: np.ndarray) -> np.ndarray:
@@ -474,13 +485,14 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     amp = _autocast(ctx, a, fsdp)
     if ctx.transformer:
-        ra = a[:, 21] > 0
+        ra, rop = a[:, 21] == 1, a[:, 21] == 2  # candidates.CORE_RECOMPUTE
         plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)
-        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp) if ra.any() else plain
+        stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp, rop) if (ra.any() or rop.any()) else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
         act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
         # the layer being recomputed holds its full activations; under the core's selective recompute the layer in
-        # its backward holds its replayed scores, plain - stored (ra and rc > 0 exclude each other: Plan)
+        # its backward holds its replayed scores, plain - stored, under op-level recompute its replayed rest
+        # (ra, rop and rc > 0 exclude each other: Plan)
         full = np.where(rc > 0, stored, 0.0) + (plain - stored)
         # GPipe keeps all m micro-batches (Huang et al. 2019); 1F1B min(p, m) (Narayanan et al. 2021 §2.2.1);
         # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
@@ -588,7 +600,8 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
             "comm_buffers": buf, "framework": fw, "host": host, "_total": live + fw}
 
 
-def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tuple[np.ndarray, np.ndarray,
+                                                                                  np.ndarray]:
     """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
 
     GEMMs at the family's saturating efficiency, pass by pass (compute.layer_gemm_efficiency: attention
@@ -600,8 +613,10 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndar
     `rc` is the share of layers that recompute); with `ra` (Plan.recompute_attention) every layer replays its
     attention core's forward: a third of the core's FLOPs (two of its six GEMM passes), the unfused core's forward
     score traffic and its kernels (Context.core_kernels), and no TP collective or weight gather (the core has no
-    weights and its heads are local). `m`: micro-batches per step, over which Transformer Engine's once-per-step
-    FP8 weight casts are spread.
+    weights and its heads are local). With `rop` (Plan.recompute_ops) every layer replays the forward of the
+    Linears op-level checkpointing does not save (Context.op_unsaved: their share of the projections' and the MLP's
+    FLOPs), its elementwise work and its kernels, not the core (its output is saved). `m`: micro-batches per step,
+    over which Transformer Engine's once-per-step FP8 weight casts are spread.
     """
     if not ctx.transformer:
         flops = mb * ctx.fps
@@ -626,20 +641,24 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m) -> tuple[np.ndar
         mlp_rows = tokens * ctx.top_k / ctx.model.n_experts * np.where(a_ep > 1, a_ep / tp, 1.0)
     core_rate = ctx.attn_rel * rate(tokens, ctx.h, ctx.bf16_curve)
     core_extra = extra + ra * CORE_FORWARD_SHARE
-    t_layer = tokens / tp * (extra * (fs["proj"] / rate(tokens, ctx.q_width / tp) + fs["mlp"] / rate(mlp_rows, mlp_w))
-                             + core_extra * fs["core"] / core_rate)
+    op_proj, op_mlp = ctx.op_unsaved
+    proj_extra = extra + rop * ctx.fwd_frac * op_proj
+    mlp_extra = extra + rop * ctx.fwd_frac * op_mlp
+    t_layer = tokens / tp * (proj_extra * fs["proj"] / rate(tokens, ctx.q_width / tp)
+                             + mlp_extra * fs["mlp"] / rate(mlp_rows, mlp_w) + core_extra * fs["core"] / core_rate)
+    extra = extra + rop * ctx.fwd_frac  # op-level recompute replays every elementwise kernel of the forward
     traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
     t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
     fwd_b, bwd_b = ctx.score_traffic
     if bwd_b:
         # an unfused attention core moves its b·(a/tp)·s² scores through HBM pass by pass
         # (compute.unfused_attention_bytes); a recomputing layer replays the forward passes
-        t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc + ra) + bwd_b) / ctx.mem_bw
+        t_layer = t_layer + tokens * ctx.a / tp * ctx.s * (fwd_b * (1.0 + rc + ra + rop) + bwd_b) / ctx.mem_bw
     if ctx.fp8_weight_cast:
         # FP8 weights are cast once per pass (forward, transposed for backward, again for a replayed forward);
         # Transformer Engine casts both copies on a step's first micro-batch and reuses its cached workspace on the
         # other m - 1 and on the replay (Context.te_fp8_cache_bytes): once per step, spread over its micro-batches
-        casts = 2.0 / m if ctx.te_fp8_cache_bytes else 2.0 + rc
+        casts = 2.0 / m if ctx.te_fp8_cache_bytes else 2.0 + rc + rop
         t_layer = t_layer + casts * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
     t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
     # the eager loss's fp32 passes over the logits (compute.EAGER_LOSS_BYTES_PER_LOGIT; vocab-parallel across tp)

@@ -239,6 +239,19 @@ def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
     return ["attention: " + core] + notes
 
 
+def recompute_notes(plan: Plan) -> list[str]:
+    """Which written files run op-level selective checkpointing (Plan.recompute_ops): launch.sh's trainer and
+    torchtitan.toml (selective_ac_option "op"); Megatron, DeepSpeed and Accelerate have no such mode."""
+    if not plan.recompute_ops:
+        return []
+    from . import megatron as _megatron
+
+    return [f"recompute: the plan checkpoints op by op (torchtitan's selective_ac_option 'op': every other matmul's "
+            f"output and the attention core's kept, the rest replayed); launch.sh's trainer and torchtitan.toml run "
+            f"it; {_megatron.FILE}, the DeepSpeed and the Accelerate files have no such mode and run without "
+            "recompute, which needs more memory than predicted: predict them with recompute=full or none"]
+
+
 def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     """megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
     other file runs PyTorch's FlashAttention-2 (SDPA). On GPUs where the calibration prices them alike (A100: both at
@@ -354,6 +367,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
             env=node_env(node, used, plan, cluster, multi, rdma)))
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
+    notes += recompute_notes(plan)
     notes += placement_notes(plan, [n.name for n in nodes])
     notes += zero_impl_notes(plan, workload)
     lr = _lr_note(plan, workload)

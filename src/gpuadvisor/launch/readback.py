@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UserError
-from .torchtitan import PER_OP_SAC_INTERVAL
 
 
 @dataclass
@@ -274,12 +273,8 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     if mode == "selective":
         option = str(ac.get("selective_ac_option", "2"))
         if option == "op":
-            rb.plan["recompute"] = True
-            rb.plan["recompute_interval"] = PER_OP_SAC_INTERVAL
-            rb.notes.append("per-op selective activation checkpointing (selective_ac_option 'op') is not a plan "
-                            f"dimension: predicted as one block in {PER_OP_SAC_INTERVAL} checkpointed, which "
-                            "torchtitan measured at the same speed; per-op keeps less, so the memory is an upper "
-                            "bound")
+            # per-op selective checkpointing (Plan.recompute_ops): every other matmul's output and the core's kept
+            rb.plan["recompute_ops"] = True
         elif option.isdigit() and int(option) >= 1:
             # layer-level selective: every k-th transformer block checkpointed (recompute_interval k)
             rb.plan["recompute"] = True

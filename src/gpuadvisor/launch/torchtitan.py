@@ -26,8 +26,8 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
   accumulates unsharded gradients until the last micro-batch (PipelineStage.backward_maybe_with_nosync), so
   "always" would only add an all-gather per micro-batch without lowering the peak. ZeRO-1 (distributed optimizer
   elsewhere) is FSDP without resharding.
-Extension point: per-op selective checkpointing (read back as PER_OP_SAC_INTERVAL) and context parallel are not
-Plan fields; add them to `titan_config` when the Plan gains them.
+Per-op selective checkpointing (Plan.recompute_ops) is selective_ac_option "op". Extension point: context
+parallel is not a Plan field; add it to `titan_config` when the Plan gains it.
 """
 from __future__ import annotations
 
@@ -39,13 +39,6 @@ from ..schemas.workload import Workload
 
 FILE = "torchtitan.toml"
 
-#: torchtitan's per-op selective checkpointing (selective_ac_option "op": save the matmul and attention outputs,
-#: recompute every other matmul and the elementwise ops) is not a Plan mode. It is priced as the layer-level mode
-#: torchtitan's performance doc (docs/performance.md, 64 A100 80GB, FSDP2) measured at the same speed: every 2nd
-#: block checkpointed, 2,904 vs 2,973 tok/s/GPU (op) for Llama 3.1 8B and 1,914 vs 1,904 for Llama 2 13B
-#: (knowledge/measurements/public/torchtitan.csv). Per-op stores less (Llama 3.1 8B: ~15.5 d bytes per token
-#: per layer against the mix's ~21.5 d), so the predicted memory is an upper bound.
-PER_OP_SAC_INTERVAL = 2
 #: [float8] for precision fp8 (torchtitan/config/job_config.py `Float8` at the commit above; the docstring says why)
 FLOAT8 = {"enable_fsdp_float8_all_gather": False, "precompute_float8_dynamic_scale_for_fsdp": False}
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -104,8 +97,11 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
 
 
 def _activation_checkpoint(plan: Plan) -> dict:
-    """torchtitan's [activation_checkpoint]: full, none, or layer-level selective every recompute_interval-th
-    layer (selective_ac_option "k": torchtitan checkpoints every k-th transformer block)."""
+    """torchtitan's [activation_checkpoint]: full, none, per-op selective (Plan.recompute_ops: selective_ac_option
+    "op") or layer-level selective every recompute_interval-th layer (selective_ac_option "k": torchtitan
+    checkpoints every k-th transformer block)."""
+    if plan.recompute_ops:
+        return {"mode": "selective", "selective_ac_option": "op"}
     if not plan.recompute:
         return {"mode": "none"}
     if plan.recompute_interval == 1:

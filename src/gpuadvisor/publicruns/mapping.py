@@ -15,7 +15,6 @@ from typing import Any, Callable, Collection, NamedTuple, Optional
 from ..errors import UserError, validation_message
 from ..hardware.cluster_file import cluster_from_dict
 from ..knowledge import GpuSpec, gpu_spec, load_links
-from ..launch.torchtitan import PER_OP_SAC_INTERVAL
 from ..schemas import Cluster, Plan, Workload
 from ..schemas.workload import ModelSpec, TrainingSettings
 from .load import PublicRun
@@ -37,10 +36,8 @@ class Unsupported(ValueError):
 LIMITS: dict[str, str] = {
     "micro-batch": "micro-batch not stated -> 1 sequence per micro-step",
     "recompute-unstated": "activation checkpointing not stated -> none",
-    "selective-recompute": "selective recompute that is not a Plan dimension -> per-op selective as layer-level "
-                           "every other block (torchtitan measured the two at the same speed on 64 A100: 2,973 vs "
-                           "2,904 tok/s/GPU for Llama 3.1 8B, 1,904 vs 1,914 for Llama 2 13B; per-op stores less), "
-                           "an unstated fraction of blocks from the row's HFU/MFU (1 + fraction/3), else none",
+    "selective-recompute": "selective recompute of an unstated fraction of blocks (fms-fsdp) -> that fraction from "
+                           "the row's HFU/MFU (1 + fraction/3), every k-th block, else none",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
     "offload-optimizer": "ZeRO-3 with only the optimizer states (and activation checkpoints) in host RAM -> the Plan's "
                          "ZeRO-Offload, which at stage 3 offloads the parameters too (their per-micro-batch host "
@@ -460,10 +457,9 @@ def zero_impl_of(run: PublicRun, stage: int) -> Optional[str]:
 
 def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str]) -> float:
     """Share of the layers that recompute (Plan.recompute_fraction): 1 full, 0 none, 1/2 for torchtitan's
-    layer-level selective checkpointing (selective_ac_option default "2": every other block); per-op selective
-    (1/2, the layer-level mode torchtitan's performance doc measured at its speed) and unstated selective
-    (fms-fsdp's fraction of blocks, from the row's HFU/MFU: _share_from_hfu) are the LIMITS approximation
-    `selective-recompute`."""
+    layer-level selective checkpointing (selective_ac_option default "2": every other block); OP_LEVEL for
+    torchtitan's per-op selective (Plan.recompute_ops); unstated selective (fms-fsdp's fraction of blocks, from the
+    row's HFU/MFU: _share_from_hfu) is the LIMITS approximation `selective-recompute`."""
     text = run.activation_checkpointing.lower()
     if not text:
         _limit("recompute-unstated", "activation checkpointing not stated", approximate, notes)
@@ -471,17 +467,23 @@ def recompute_of(run: PublicRun, approximate: Collection[str], notes: list[str])
     if "selective (layer)" in text:
         return 0.5
     if "selective" in text:
-        _limit("selective-recompute", "selective recompute", approximate, notes)
         per_op = bool(re.search(r"\bop\b|per-op", text))
         if not per_op and text.strip() == "selective" and TORCHTITAN.search(run.framework):
             per_op = True  # torchtitan's own train configs: the 8B's is per-op (see TORCHTITAN_SELECTIVE)
             notes.append(TORCHTITAN_SELECTIVE)
-        return 1.0 / PER_OP_SAC_INTERVAL if per_op else _share_from_hfu(run, notes)
+        if per_op:
+            return OP_LEVEL
+        _limit("selective-recompute", "selective recompute", approximate, notes)
+        return _share_from_hfu(run, notes)
     if re.match(r"(true|yes|full|on)\b", text):
         return 1.0
     if re.match(r"(false|no|none)\b", text):
         return 0.0
     raise Unsupported("activation checkpointing not understood")
+
+
+#: recompute_of's value for op-level selective checkpointing (Plan.recompute_ops), beside the shares 0..1
+OP_LEVEL = -1.0
 
 
 def _share_from_hfu(run: PublicRun, notes: list[str]) -> float:
@@ -558,7 +560,8 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     try:
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
                     micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
-                    pp_virtual_stages=vpp, **Plan.recompute_fields(recompute),
+                    pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else
+                                              Plan.recompute_fields(recompute)),
                     sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))
     except ValueError as exc:
         raise Unsupported(f"Plan refuses: {validation_message(exc)}") from None

@@ -66,6 +66,10 @@ class Plan(Frozen):
                                       "--recompute-granularity selective): Q·Kᵀ, softmax, dropout and ·V replay in "
                                       "the backward instead of storing the s x s scores. Saves memory where the core "
                                       "stores them (attention_kernel eager); costs one core forward either way")
+    recompute_ops: bool = Field(False, description="Op-level selective checkpointing (torchtitan's "
+                                "selective_ac_option 'op'): each layer keeps every other matmul's output and the "
+                                "attention core's, and replays the rest (norms, activations, the other matmuls) in "
+                                "the backward. Dense layers")
     sequence_parallel: bool = Field(False, description="Megatron sequence parallel with TP")
     tp_comm_overlap: bool = Field(False, description="Overlap TP communication with the GEMMs that use it "
                                   "(Megatron-Core --tp-comm-overlap with Transformer Engine; torchtitan async TP); "
@@ -132,6 +136,9 @@ class Plan(Frozen):
         if self.recompute_attention and self.recompute:
             raise ValueError("recompute=true (full) and recompute_attention (selective) are one choice, as Megatron's "
                              "--recompute-granularity full or selective: keep one")
+        if self.recompute_ops and (self.recompute or self.recompute_attention):
+            raise ValueError("recompute_ops (op-level selective) is one recompute choice beside full and the attention "
+                             "core's: keep one")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -211,7 +218,7 @@ _LONG = {v: k for k, v in _SHORT.items()}
 
 #: recompute=<word> in a plan text (Megatron's --recompute-granularity words): the field it sets
 RECOMPUTE_WORDS = {"full": ("recompute", "true"), "selective": ("recompute_attention", "true"),
-                   "none": ("recompute", "false")}
+                   "op": ("recompute_ops", "true"), "none": ("recompute", "false")}
 
 
 #: what pydantic reads as a boolean from text (its lax bool parsing)
@@ -245,7 +252,7 @@ def parse_plan(text: str, **defaults: object) -> Plan:
             k, v = RECOMPUTE_WORDS[v.lower()]
         elif k == "recompute" and v.lower() not in _BOOL_WORDS:
             raise ValueError(f"invalid plan '{text}': recompute={v} is not a recompute mode; write recompute=full, "
-                             "selective or none (or true/false)")
+                             "selective, op or none (or true/false)")
         if k not in Plan.model_fields:
             known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
             raise ValueError(f"unknown plan key '{k}'; known keys: {known}")
@@ -323,9 +330,9 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
         if m.n_experts % plan.ep:
             raise ValueError(f"ep={plan.ep} does not divide the {m.n_experts} routed experts of '{m.name}'")
     if m.kind != "transformer":
-        if plan.recompute_attention:
+        if plan.recompute_attention or plan.recompute_ops:
             raise ValueError(f"model '{m.name}' is generic (params + FLOPs) and has no attention core to recompute: "
-                             "drop recompute_attention")
+                             "drop recompute_attention / recompute_ops")
         if plan.tp > 1 or plan.pp > 1:
             raise ValueError(f"model '{m.name}' is generic (params + FLOPs): only DP/ZeRO plans apply, not tp/pp")
         return
@@ -339,5 +346,9 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
     if plan.recompute_interval > m.n_layers:
         raise ValueError(f"recompute_interval={plan.recompute_interval} exceeds the {m.n_layers} layers of "
                          f"'{m.name}'; use 1 to {m.n_layers}")
+    if plan.recompute_ops and (m.n_experts or workload.finetune.adapters):
+        what = "a mixture-of-experts layer's expert loop" if m.n_experts else "an adapter (LoRA) run"
+        raise ValueError(f"recompute_ops (op-level selective checkpointing) is priced for dense full training, not "
+                         f"{what}; use recompute=full or recompute_interval")
     if plan.sequence_parallel and t.seq_len % plan.tp:
         raise ValueError(f"sequence parallel needs seq_len {t.seq_len} divisible by tp={plan.tp}")

@@ -28,14 +28,15 @@ Names are stable across families so tensor-parallel plans and LoRA targets find 
 """
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from ..schemas.workload import ModelSpec
 from ..workload.shapes import LayerShape, layer_shape
@@ -224,11 +225,45 @@ class MoE(nn.Module):
         return out.view_as(x)
 
 
+#: A layer's matmuls as op-level checkpointing counts them: nn.Linear dispatches mm, or addmm with a bias.
+MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+#: Ops whose outputs op-level checkpointing always keeps: the attention core's fused kernels (CUDA and CPU) and
+#: the sequence-parallel reduce-scatter (torchtitan's `_save_list`, torchtitan/distributed/activation_checkpoint.py).
+SAVED_OPS = tuple(op for op in (
+    getattr(torch.ops.aten, "_scaled_dot_product_flash_attention", None),
+    getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None),
+    getattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention", None),
+    getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None),
+    getattr(torch.ops._c10d_functional, "reduce_scatter_tensor", None)) if op is not None)
+
+
+def op_checkpoint_policy(counts: collections.Counter) -> Callable[..., CheckpointPolicy]:
+    """torchtitan's per-op selective checkpointing policy (selective_ac_option 'op'): keep every odd-numbered matmul
+    of the layer's forward and the SAVED_OPS outputs, recompute the rest (norms, activations, rotary, the even
+    matmuls); the recompute counts its matmuls separately so it keeps the same ones. What it keeps is what the cost
+    model prices (costmodel.analytical.memory.op_checkpoint_linears)."""
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        if func in MATMULS:
+            mode = "recompute" if ctx.is_recompute else "forward"
+            counts[mode] += 1
+            return CheckpointPolicy.MUST_SAVE if counts[mode] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
+        packet = getattr(func, "overloadpacket", None)
+        return CheckpointPolicy.MUST_SAVE if packet in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def op_checkpoint_context() -> Any:
+    """checkpoint's context_fn for one layer call: a fresh matmul count per call (torchtitan's per-call `meta`)."""
+    return create_selective_checkpoint_contexts(op_checkpoint_policy(collections.Counter()))
+
+
 class Block(nn.Module):
     """Pre-norm transformer layer (GPT-2 or Llama family, dense or MoE); `recompute` re-runs its forward in
-    backward (full activation recompute), `recompute_core` only its attention core's (selective)."""
+    backward (full activation recompute), `recompute_core` only its attention core's (selective), `recompute_ops`
+    the ops op-level checkpointing does not keep (op_checkpoint_policy)."""
 
-    def __init__(self, cfg: BlockConfig, recompute: bool = False, recompute_core: bool = False):
+    def __init__(self, cfg: BlockConfig, recompute: bool = False, recompute_core: bool = False,
+                 recompute_ops: bool = False):
         super().__init__()
         s = cfg.shape
         if s.norms not in (2, 4):
@@ -241,6 +276,7 @@ class Block(nn.Module):
         self.post_attn_norm: Optional[nn.Module] = make_norm(s, s.d_model) if s.norms == 4 else None
         self.post_mlp_norm: Optional[nn.Module] = make_norm(s, s.d_model) if s.norms == 4 else None
         self.recompute = recompute
+        self.recompute_ops = recompute_ops
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.attn(self.ln1(x))
@@ -252,6 +288,8 @@ class Block(nn.Module):
         if self.recompute and torch.is_grad_enabled():
             # Activation checkpointing (Chen et al. 2016): keep only the block input.
             return checkpoint(self._forward, x, use_reentrant=False)
+        if self.recompute_ops and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, use_reentrant=False, context_fn=op_checkpoint_context)
         return self._forward(x)
 
     def residual_projections(self) -> list[nn.Linear]:

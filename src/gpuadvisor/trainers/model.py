@@ -56,7 +56,7 @@ class GPT(nn.Module):
     """Decoder-only language model; `forward(idx) -> logits (B, T, V)`."""
 
     def __init__(self, spec: ModelSpec, seq_len: int, recompute: bool = False, tie: bool | None = None,
-                 recompute_interval: int = 1, recompute_attention: bool = False):
+                 recompute_interval: int = 1, recompute_attention: bool = False, recompute_ops: bool = False):
         super().__init__()
         if spec.kind != "transformer":
             raise ValueError(f"model '{spec.name}' is generic (params + FLOPs); the GPT trainer needs a transformer shape")
@@ -66,9 +66,10 @@ class GPT(nn.Module):
         self.embed = Embedding(spec.vocab_size, spec.max_seq_len, spec.d_model)
         configs = [BlockConfig.from_spec(spec, i) for i in range(spec.n_layers)]
         # every recompute_interval-th block checkpointed (torchtitan's layer-level selective AC counts the same way)
-        # (recompute_attention: every block's attention core, Megatron's selective recompute)
-        self.blocks = nn.ModuleList(Block(c, recompute and i % recompute_interval == 0, recompute_attention)
-                                    for i, c in enumerate(configs))
+        # (recompute_attention: every block's attention core, Megatron's selective recompute; recompute_ops: every
+        # block's op-level selective checkpointing, torchtitan's 'op')
+        self.blocks = nn.ModuleList(Block(c, recompute and i % recompute_interval == 0, recompute_attention,
+                                          recompute_ops) for i, c in enumerate(configs))
         self.ln_f = make_norm(configs[0].shape, spec.d_model)
         self.head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.apply(self._init)
@@ -168,9 +169,10 @@ def split_layers(n_layers: int, n_chunks: int) -> list[tuple[int, int]]:
 
 
 def build_gpt(spec: ModelSpec, seq_len: int, seed: int, recompute: bool = False,
-              tie: bool | None = None, recompute_interval: int = 1, recompute_attention: bool = False) -> GPT:
+              tie: bool | None = None, recompute_interval: int = 1, recompute_attention: bool = False,
+              recompute_ops: bool = False) -> GPT:
     """Build the full model from `seed` on CPU: every rank and strategy starts from identical weights."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return GPT(spec, seq_len, recompute=recompute, tie=tie, recompute_interval=recompute_interval,
-                   recompute_attention=recompute_attention)
+                   recompute_attention=recompute_attention, recompute_ops=recompute_ops)

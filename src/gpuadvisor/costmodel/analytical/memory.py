@@ -117,12 +117,45 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     return ActivationTerms(replicated, split, scores)
 
 
+def op_checkpoint_linears(shape: LayerShape) -> list[tuple[str, int, bool, bool]]:
+    """A dense layer's Linears in forward order as op-level selective checkpointing sees them: (role, output width,
+    column-parallel under TP, saved). torchtitan's policy (torchtitan/distributed/activation_checkpoint.py
+    `_get_custom_policy`, selective_ac_option 'op') saves the output of every odd-numbered matmul of a layer's
+    forward (the mm counter skips every second one) beside the attention core's and the reduce-scatters'; the rest
+    replays in the backward. Q, K, V, output projection, then gate, up, down (SwiGLU/GeGLU) or fc1, fc2 (GELU): a
+    Llama layer keeps Q, V, gate and down, a GPT-2 layer Q, V and fc1."""
+    d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.d_ff
+    mlp = [("gate", f, True), ("up", f, True), ("down", d, False)] if shape.gated else [("fc1", f, True),
+                                                                                       ("fc2", d, False)]
+    linears = [("q", q, True), ("k", k, True), ("v", k, True), ("o", d, False)] + mlp
+    return [(role, width, col, i % 2 == 0) for i, (role, width, col) in enumerate(linears)]
+
+
+def op_checkpoint_bytes(shape: LayerShape, act_bytes: int, tp: ArrayLike = 1, sp: ArrayLike = False) -> Any:
+    """Stored bytes per token of one layer under op-level selective checkpointing (op_checkpoint_linears): the
+    layer's input (the checkpoint's own; sequence-split under SP), the saved matmul outputs (a column-parallel one
+    split by tp; a row-parallel one is each rank's whole-width partial sum before its all-reduce or reduce-scatter),
+    the attention core's output (split) and, under SP, the two reduce-scatters' outputs (split)."""
+    e = float(act_bytes)
+    t = np.asarray(tp, dtype=float)
+    spa = np.asarray(sp, dtype=bool)
+    split = e * shape.q_dim  # the attention core's output
+    whole = 0.0
+    for _, width, col, saved in op_checkpoint_linears(shape):
+        if saved:
+            split, whole = (split + e * width, whole) if col else (split, whole + e * width)
+    layer_input = e * shape.d_model / np.where(spa, t, 1.0)
+    scattered = np.where(spa, 2.0 * e * shape.d_model / t, 0.0)
+    out = layer_input + split / t + whole + scattered
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLike = 1, sp: ArrayLike = False,
                                recompute: ArrayLike = False, fused_attention: bool = True,
                                act_bytes: int = 2, shape: Optional[LayerShape] = None,
                                frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False,
                                recompute_core: ArrayLike = False, autocast: ArrayLike = False,
-                               eager: bool = False) -> Any:
+                               eager: bool = False, recompute_ops: ArrayLike = False) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -139,7 +172,8 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     core (Korthikanti et al. 2022 §4.2; Megatron --recompute-granularity selective) stores none of the scores term:
     the core's inputs Q, K, V are stored anyway and its forward replays in the backward. `autocast` (array too):
     the plan runs under torch.autocast, its norms saving fp32 inputs; `eager`: PyTorch modules' attention copies
-    (`activation_terms`; both need `shape`).
+    (`activation_terms`; both need `shape`). `recompute_ops` (array too; needs `shape`): op-level selective
+    checkpointing stores `op_checkpoint_bytes` per token instead.
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
@@ -159,6 +193,9 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     scores = 0.0 if fused_attention else np.where(np.asarray(recompute_core, dtype=bool), 0.0, terms.scores_per_s * s)
     per_token = np.where(spa, replicated / t, replicated) + (split + scores) / t
     layer_input = 2.0 * h * act_bytes / 2.0 / np.where(spa, t, 1.0)
+    if shape is not None and np.any(recompute_ops):
+        per_token = np.where(np.asarray(recompute_ops, dtype=bool), op_checkpoint_bytes(shape, act_bytes, t, spa),
+                             per_token)
     out = sb * scale * np.where(np.asarray(recompute, dtype=bool), layer_input / scale, per_token)
     return float(out) if np.ndim(out) == 0 else out
 

@@ -84,7 +84,8 @@ class Strategy:
             return build_resnet18(job.seed)
         model = build_gpt(job.workload.model, self.seq_len, job.seed, recompute=self.plan.recompute, tie=tie,
                           recompute_interval=self.plan.recompute_interval,
-                          recompute_attention=self.plan.recompute_attention)
+                          recompute_attention=self.plan.recompute_attention,
+                          recompute_ops=self.plan.recompute_ops)
         if job.workload.finetune.adapters:
             from ..lora import apply_lora
 
