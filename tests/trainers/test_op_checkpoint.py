@@ -57,3 +57,15 @@ def test_the_policy_keeps_what_the_cost_model_prices(spec, monkeypatch):
     assert per_token == pytest.approx(op_checkpoint_bytes(shape, 1))  # fp32 CPU run counted in elements
     saved = [role for role, _, _, keep in op_checkpoint_linears(shape) if keep]
     assert saved == (["q", "v", "gate", "down"] if shape.gated else ["q", "v", "fc1"])
+
+
+def test_dtensor_sequence_parallelism_keeps_the_gathered_linear_inputs(tmp_path):
+    """Under SP the bundled trainer's column-parallel Linears (q/k/v, gate/up) save the all-gathered input whole
+    (b, s, d), not its sequence shard as Megatron does: what the cost model prices for the flash stack
+    (ActivationTerms.gathered, Context.sp_keeps_gathered); the norms keep their shard (b, s/tp, d)."""
+    from ._launch import run_probe
+
+    got = run_probe(tmp_path, "_sp_saved_probe.py", {}, 2, timeout=120)
+    whole, shard = 2 * 8, 2 * 8 // 2  # b·s rows, and this rank's b·s/tp
+    assert got["tp_sp"].count(whole) == 2, got  # the attention's and the MLP's gathered inputs, whole
+    assert shard in got["tp_sp"] and shard not in got["tp"], got  # the norms keep their sequence shards

@@ -458,7 +458,7 @@ def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False, rop=False):
     return activation_bytes_per_layer(ctx.s, mb, ctx.h, ctx.a, tp, sp, rc, ctx.fused_attention, ctx.act_bytes,
                                       shape=ctx.shape, frozen=ctx.frozen_roles, te=ctx.te_layers,
                                       fp8=ctx.fp8_linears, recompute_core=ra, autocast=amp, eager=ctx.eager_layers,
-                                      recompute_ops=rop)
+                                      recompute_ops=rop, sp_keeps_gathered=ctx.sp_keeps_gathered)
 
 
 def _zero_on_fsdp(a: np.ndarray) -> np.ndarray:

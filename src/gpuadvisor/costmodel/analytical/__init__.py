@@ -89,6 +89,10 @@ class Context:
         # Transformer Engine layers (the "cudnn" stack: Megatron-Core, NeMo) store activations their own way
         # (memory.activation_terms `te`) and, with FP8, cache each weight's FP8 copies (te_fp8_cache_bytes)
         self.te_layers = t.attention_kernel == "cudnn"
+        # sequence-parallel TP on PyTorch's DTensor (the flash stack: torchtitan, the bundled trainers) keeps the
+        # all-gathered inputs of the column-parallel Linears; Megatron's and TE's layers keep the shard
+        # (memory.activation_bytes_per_layer `sp_keeps_gathered`; Megatron-DeepSpeed's unfused stack is Megatron's)
+        self.sp_keeps_gathered = t.attention_kernel == "flash"
         # eager PyTorch layers and loss (TrainingSettings.kernels): what they store beside the paper's count
         # (memory.activation_terms `eager`, `autocast`; memory.LOGIT_BYTES_EAGER)
         self.eager_layers = t.kernels == "eager" and not self.te_layers

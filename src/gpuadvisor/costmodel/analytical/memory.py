@@ -33,12 +33,15 @@ class ActivationTerms:
     `replicated`: tensors of width d_model every TP rank holds without sequence parallelism (norm inputs,
     the inputs of the QKV and first MLP matmuls, dropout masks); `split`: tensors TP shards over heads or
     MLP columns; `scores_per_s`: the attention score/softmax/dropout bytes per token per key (times s),
-    split by TP, absent with fused attention.
+    split by TP, absent with fused attention. `gathered`: the part of `replicated` that is the column-parallel Linears'
+    inputs (the QKV and first MLP matmuls'): under sequence parallelism Megatron keeps their sequence shard and
+    all-gathers it again in the backward, PyTorch's DTensor TP keeps the all-gathered whole (activation_bytes_per_layer).
     """
 
     replicated: float
     split: float
     scores_per_s: float
+    gathered: float = 0.0
 
 
 def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = frozenset(), te: bool = False,
@@ -103,10 +106,13 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     # the activation's inputs (GeLU: fc1 output; gated: gate and up, plus, in eager PyTorch, the activation
     # output), then the down projection's input
     split += ((2 if te else 3) if shape.gated else 1) * e * f + lin * f
+    gathered = 2 * lin * d
     if {"q", "k", "v"} <= frozen:
         replicated -= lin * d
+        gathered -= lin * d
     if {"up", "gate"} <= frozen or (not shape.gated and "up" in frozen):
         replicated -= lin * d
+        gathered -= lin * d
     if "down" in frozen:
         split -= lin * f
     if shape.moe:
@@ -114,7 +120,7 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     # an unfused core's scores per key: the softmax output (kept for its backward and, without dropout, as P·V's
     # input), and with dropout its output (P·V's input) and 1-byte mask
     scores = shape.n_heads * (e + mask * (e + 1.0))
-    return ActivationTerms(replicated, split, scores)
+    return ActivationTerms(replicated, split, scores, gathered)
 
 
 def op_checkpoint_linears(shape: LayerShape) -> list[tuple[str, int, bool, bool]]:
@@ -155,7 +161,8 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
                                act_bytes: int = 2, shape: Optional[LayerShape] = None,
                                frozen: frozenset = frozenset(), te: bool = False, fp8: bool = False,
                                recompute_core: ArrayLike = False, autocast: ArrayLike = False,
-                               eager: bool = False, recompute_ops: ArrayLike = False) -> Any:
+                               eager: bool = False, recompute_ops: ArrayLike = False,
+                               sp_keeps_gathered: bool = False) -> Any:
     """Stored activations of one transformer layer for one micro-batch (bytes); arrays in, array out.
 
     Without `shape` (GPT block, d_ff = 4h): Korthikanti et al. 2022, "Reducing Activation Recomputation in
@@ -173,7 +180,11 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     the core's inputs Q, K, V are stored anyway and its forward replays in the backward. `autocast` (array too):
     the plan runs under torch.autocast, its norms saving fp32 inputs; `eager`: PyTorch modules' attention copies
     (`activation_terms`; both need `shape`). `recompute_ops` (array too; needs `shape`): op-level selective
-    checkpointing stores `op_checkpoint_bytes` per token instead.
+    checkpointing stores `op_checkpoint_bytes` per token instead. `sp_keeps_gathered` (needs `shape`): under
+    sequence parallelism the column-parallel Linears keep their all-gathered inputs whole (ActivationTerms.gathered),
+    as PyTorch's DTensor TP does (torchtitan, the bundled trainers: nn.Linear saves the input it multiplied);
+    Megatron's layers and Transformer Engine's keep the sequence shard and all-gather it again in the backward
+    (megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication).
     """
     if shape is None:
         # the paper's GPT numbers at 16 bits: replicated 10·h, split 24·h, scores 5·a per key (per s·b)
@@ -191,7 +202,8 @@ def activation_bytes_per_layer(s: int, b: ArrayLike, h: int, a: int, tp: ArrayLi
     replicated = np.where(ac, amp.replicated, terms.replicated)
     split = np.where(ac, amp.split, terms.split)
     scores = 0.0 if fused_attention else np.where(np.asarray(recompute_core, dtype=bool), 0.0, terms.scores_per_s * s)
-    per_token = np.where(spa, replicated / t, replicated) + (split + scores) / t
+    kept_whole = terms.gathered if sp_keeps_gathered else 0.0
+    per_token = np.where(spa, (replicated - kept_whole) / t + kept_whole, replicated) + (split + scores) / t
     layer_input = 2.0 * h * act_bytes / 2.0 / np.where(spa, t, 1.0)
     if shape is not None and np.any(recompute_ops):
         per_token = np.where(np.asarray(recompute_ops, dtype=bool), op_checkpoint_bytes(shape, act_bytes, t, spa),
