@@ -4,9 +4,6 @@ sequence parallelism (`trainers/strategies/tensor.py` block_plan on PyTorch's DT
 flattened to (rows, d_model): b·s rows when whole, b·s/tp as a sequence shard)."""
 from __future__ import annotations
 
-import json
-import sys
-
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -16,6 +13,8 @@ from torch.distributed.tensor.parallel import parallelize_module
 from gpuadvisor.schemas import ModelSpec
 from gpuadvisor.trainers.blocks import Block, BlockConfig
 from gpuadvisor.trainers.strategies.tensor import block_plan
+
+from _probe_io import report  # this folder's: torchrun runs a probe from here
 
 SPEC = ModelSpec(name="probe", n_layers=1, d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, vocab_size=32, max_seq_len=0,
                  mlp="swiglu")
@@ -51,10 +50,7 @@ def saved_rows(sequence_parallel: bool) -> list[int]:
 def main() -> None:
     dist.init_process_group("gloo")
     out = {"tp": saved_rows(False), "tp_sp": saved_rows(True)}
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(out, f)
-    dist.destroy_process_group()
+    report(out)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,6 @@ LM head (`trainers/vocab.py`), counted by DTensor's CommDebugMode; rank 0 writes
 argv[1]."""
 from __future__ import annotations
 
-import json
-import sys
-
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -13,6 +10,8 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 
 from gpuadvisor.trainers.vocab import VocabParallelEmbedding, VocabParallelHead
+
+from _probe_io import report  # this folder's: torchrun runs a probe from here
 
 
 def counts(fn) -> dict[str, int]:
@@ -32,10 +31,7 @@ def main() -> None:
     out = {"head": counts(lambda: head(whole).sum().backward()),
            "head_sp": counts(lambda: head(shard).sum().backward()),
            "embedding": counts(lambda: embed(ids).sum().backward())}
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump(out, f)
-    dist.destroy_process_group()
+    report(out)
 
 
 if __name__ == "__main__":
