@@ -362,13 +362,16 @@ def kernels_of(run: PublicRun, notes: list[str]) -> str:
     Transformer Engine): their largest micro-batches ran where eager modules' storage would not fit. torchtitan
     says whether it compiled: a row that did not ran eager modules; one of 2024 compiled the blocks beside an eager
     loss (TORCHTITAN_EAGER_LOSS)."""
-    if not TORCHTITAN.search(run.framework) or not run.compile:
+    if not TORCHTITAN.search(run.framework):
         return "fused"
     if run.compile.strip().lower().startswith("no"):
         notes.append("torchtitan without torch.compile: eager norms, K/V copies and loss (kernels eager)")
         return "eager"
     if TORCHTITAN_EAGER_LOSS.search(run.software):
-        notes.append("torchtitan of 2024: compiled blocks beside the eager loss's fp32 logits (kernels fused-layers)")
+        # compiled or not (an empty compile cell), a 2024 torchtitan ran its loss eager: the compiled case is the
+        # one the row's fused neighbours price
+        notes.append("torchtitan of 2024: compiled blocks beside the eager loss's fp32 logits (kernels fused-layers"
+                     + ("; compile not stated" if not run.compile else "") + ")")
         return "fused-layers"
     return "fused"
 
