@@ -1,8 +1,9 @@
 """ZeRO-3 with pipeline parallelism as torch.distributed.pipelining runs FSDP per stage (torchtitan 3D).
 
 Every backward leaves the stage's parameters unsharded and accumulates unsharded fp32 gradients until the last
-micro-batch (PipelineStage.backward_maybe_with_nosync; FSDP2 upcasts them to its reduce dtype), and torchtitan does not reshard after forward under PP:
-the stage holds ZeRO-1's memory and syncs once per step, whatever the micro-batch count.
+micro-batch (PipelineStage.backward_maybe_with_nosync; FSDP2 upcasts them to its reduce dtype), and torchtitan
+does not reshard after forward under PP: the stage holds ZeRO-1's memory and syncs once per step, whatever the
+micro-batch count.
 """
 import pytest
 

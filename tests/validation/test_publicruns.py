@@ -150,7 +150,8 @@ def test_torchtitan_kernels_follow_whether_and_when_it_compiled(runs):
     kernels = {ref: to_inputs(_run(runs, ref), approximate=list(LIMITS)).workload.training.kernels
                for ref in ("torchtitan:1", "torchtitan:2", "torchtitan:19")}
     assert kernels == {"torchtitan:1": "eager", "torchtitan:2": "fused-layers", "torchtitan:19": "fused"}
-    unstated = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B", activation_checkpointing="none")
+    unstated = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
+                     activation_checkpointing="none")
     assert not unstated.compile  # compiled or not, a 2024 torchtitan's loss ran eager
     assert to_inputs(unstated, approximate=list(LIMITS)).workload.training.kernels == "fused-layers"
     assert to_inputs(_run(runs, "llmfoundry_mpt:179")).workload.training.kernels == "fused"

@@ -35,7 +35,8 @@ class ActivationTerms:
     MLP columns; `scores_per_s`: the attention score/softmax/dropout bytes per token per key (times s),
     split by TP, absent with fused attention. `gathered`: the part of `replicated` that is the column-parallel Linears'
     inputs (the QKV and first MLP matmuls'): under sequence parallelism Megatron keeps their sequence shard and
-    all-gathers it again in the backward, PyTorch's DTensor TP keeps the all-gathered whole (activation_bytes_per_layer).
+    all-gathers it again in the backward, PyTorch's DTensor TP keeps the all-gathered whole
+    (activation_bytes_per_layer).
     """
 
     replicated: float
