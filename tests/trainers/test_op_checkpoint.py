@@ -55,7 +55,7 @@ def test_the_policy_keeps_what_the_cost_model_prices(spec, monkeypatch):
     shape = layer_shape(spec)
     per_token = sum(kept) / (b * t * spec.n_layers) + shape.d_model  # + the checkpointed layer input
     assert per_token == pytest.approx(op_checkpoint_bytes(shape, 1))  # fp32 CPU run counted in elements
-    saved = [role for role, _, _, keep in op_checkpoint_linears(shape) if keep]
+    saved = [role for role, _, _, _, keep in op_checkpoint_linears(shape) if keep]
     assert saved == (["q", "v", "gate", "down"] if shape.gated else ["q", "v", "fc1"])
 
 

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..candidates.enumerate import HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
+from ..candidates.enumerate import CORE_RECOMPUTE, HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
 from ..schemas.plan import fsdp_by_default
 from .analytical import Context
@@ -45,7 +45,8 @@ def plan_row(p: Plan) -> tuple:
             SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             ORDERS.index(p.mesh_order), p.ddp_bucket_mb, HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
-            ZERO_IMPLS.index(p.zero_impl), 1 if p.recompute_attention else 2 if p.recompute_ops else 0,
+            ZERO_IMPLS.index(p.zero_impl),
+            CORE_RECOMPUTE.index("attention" if p.recompute_attention else "ops" if p.recompute_ops else None),
             p.global_batch())
 
 
@@ -263,7 +264,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # the core's recompute mode (candidates.CORE_RECOMPUTE): the attention core's (ra) or op-level (rop); `rcx` is
     # the replayed share of a layer's forward FLOPs, the recomputing layers' (rc) and op-level's
     # (Context.op_replay), where the forward and backward are told apart
-    ra, rop = (a[:, 21] == 1).astype(float), (a[:, 21] == 2).astype(float)
+    ra, rop = (x.astype(float) for x in _core_recompute(a))
     rcx = rc + rop * ctx.op_replay
     t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, ra, m, rop)
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
@@ -461,6 +462,13 @@ def _act(ctx: Context, mb, tp, sp, rc, ra=False, amp=False, rop=False):
                                       recompute_ops=rop, sp_keeps_gathered=ctx.sp_keeps_gathered)
 
 
+def _core_recompute(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows recomputing the attention core (Plan.recompute_attention) and rows checkpointing op by op
+    (Plan.recompute_ops): the codes of the column candidates.CORE_RECOMPUTE names."""
+    code = a[:, 21]
+    return code == CORE_RECOMPUTE.index("attention"), code == CORE_RECOMPUTE.index("ops")
+
+
 def _zero_on_fsdp(a: np.ndarray) -> np.ndarray:
     """Rows whose ZeRO-2/3 the runtime shards as FSDP: the plan's zero_impl, else Plan.zero_runtime's default
     (fsdp_by_default); the other ZeRO rows run on DeepSpeed."""
@@ -485,7 +493,7 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     amp = _autocast(ctx, a, fsdp)
     if ctx.transformer:
-        ra, rop = a[:, 21] == 1, a[:, 21] == 2  # candidates.CORE_RECOMPUTE
+        ra, rop = _core_recompute(a)
         plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)
         stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp, rop) if (ra.any() or rop.any()) else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)

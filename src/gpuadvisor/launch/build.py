@@ -246,8 +246,8 @@ def recompute_notes(plan: Plan) -> list[str]:
         return []
     from . import megatron as _megatron
 
-    return [f"recompute: the plan checkpoints op by op (torchtitan's selective_ac_option 'op': every other matmul's "
-            f"output and the attention core's kept, the rest replayed); launch.sh's trainer and torchtitan.toml run "
+    return ["recompute: the plan checkpoints op by op (torchtitan's selective_ac_option 'op': every other matmul's "
+            "output and the attention core's kept, the rest replayed); launch.sh's trainer and torchtitan.toml run "
             f"it; {_megatron.FILE}, the DeepSpeed and the Accelerate files have no such mode and run without "
             "recompute, which needs more memory than predicted: predict them with recompute=full or none"]
 
@@ -259,14 +259,13 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     from ..costmodel.calibration import gemm_curve
     from . import megatron as _megatron
 
+    unfused = "attention: predicted with an unfused attention core (the s x s scores stored and moved through memory"
     if workload.core_kernel == "eager" and workload.training.attention_kernel == "flash":
-        return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
-                f"memory): '{workload.model.name}' has attention sinks, which FlashAttention-2 cannot run (HF trains "
-                "it with attn_implementation='eager'); launch.sh's trainer runs SDPA without the sinks. With a "
+        return [f"{unfused}): '{workload.model.name}' has attention sinks, which FlashAttention-2 cannot run (HF "
+                "trains it with attn_implementation='eager'); launch.sh's trainer runs SDPA without the sinks. With a "
                 "Transformer Engine whose cuDNN (9.18 or later) fuses them, predict with --attention-kernel cudnn"]
     if workload.core_kernel == "eager":
-        return ["attention: predicted with an unfused attention core (the s x s scores stored and moved through "
-                "memory, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
+        return [f"{unfused}, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
                 "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "
                 "allow a larger micro-batch than this plan"]
     curve = gemm_curve(device.name, device.spec_key)

@@ -16,7 +16,7 @@ from . import comm as C
 from . import compute as K
 from ...workload import finetune as F
 from ...workload.shapes import LayerShape, embedding_params, head_params, layer_shape
-from .memory import op_checkpoint_linears, state_bytes_per_param
+from .memory import op_replayed_shares, state_bytes_per_param
 
 __all__ = ["Context"]
 
@@ -189,20 +189,10 @@ class Context:
                 full = K.attention_flops_per_token(m.model_copy(update={"sliding_window": 0,
                                                                         "sliding_window_layers": None}), self.s)
                 self.flops_split = {**self.flops_split, "core": full}
-            # op-level selective checkpointing (Plan.recompute_ops) replays the Linears it does not save
-            # (memory.op_checkpoint_linears): their share of the projections' and of the MLP's weights, and so of
-            # their FLOPs; op_replay is that share of the layer's forward FLOPs
-            proj_w, mlp_w = {"q", "k", "v", "o"}, {"gate", "up", "down", "fc1", "fc2"}
-            fan_in = {"q": self.shape.d_model, "k": self.shape.d_model, "v": self.shape.d_model,
-                      "o": self.shape.q_dim, "down": self.shape.d_ff, "fc2": self.shape.d_ff}
-            lins = [(role, width * fan_in.get(role, self.shape.d_model), saved)
-                    for role, width, _, saved in op_checkpoint_linears(self.shape)]
-
-            def unsaved(roles: set) -> float:
-                total = sum(w for r, w, _ in lins if r in roles)
-                return sum(w for r, w, s in lins if r in roles and not s) / total if total else 0.0
-
-            self.op_unsaved = (unsaved(proj_w), unsaved(mlp_w))
+            # op-level selective checkpointing (Plan.recompute_ops) replays the Linears it does not save: their
+            # share of the projections' and of the MLP's FLOPs (memory.op_replayed_shares); op_replay is that share
+            # of the layer's forward FLOPs
+            self.op_unsaved = op_replayed_shares(self.shape)
             fs = self.flops_split
             self.op_replay = ((fs["proj"] * self.op_unsaved[0] + fs["mlp"] * self.op_unsaved[1])
                               / (fs["proj"] + fs["mlp"] + fs["core"]))

@@ -124,18 +124,27 @@ def activation_terms(shape: LayerShape, act_bytes: int = 2, frozen: frozenset = 
     return ActivationTerms(replicated, split, scores, gathered)
 
 
-def op_checkpoint_linears(shape: LayerShape) -> list[tuple[str, int, bool, bool]]:
-    """A dense layer's Linears in forward order as op-level selective checkpointing sees them: (role, output width,
-    column-parallel under TP, saved). torchtitan's policy (torchtitan/distributed/activation_checkpoint.py
+def op_checkpoint_linears(shape: LayerShape) -> list[tuple[str, int, int, bool, bool]]:
+    """A dense layer's Linears in forward order as op-level selective checkpointing sees them: (role, input width,
+    output width, column-parallel under TP, saved). torchtitan's policy (torchtitan/distributed/activation_checkpoint.py
     `_get_custom_policy`, selective_ac_option 'op') saves the output of every odd-numbered matmul of a layer's
     forward (the mm counter skips every second one) beside the attention core's and the reduce-scatters'; the rest
     replays in the backward. Q, K, V, output projection, then gate, up, down (SwiGLU/GeGLU) or fc1, fc2 (GELU): a
     Llama layer keeps Q, V, gate and down, a GPT-2 layer Q, V and fc1."""
     d, q, k, f = shape.d_model, shape.q_dim, shape.kv_dim, shape.d_ff
-    mlp = [("gate", f, True), ("up", f, True), ("down", d, False)] if shape.gated else [("fc1", f, True),
-                                                                                       ("fc2", d, False)]
-    linears = [("q", q, True), ("k", k, True), ("v", k, True), ("o", d, False)] + mlp
-    return [(role, width, col, i % 2 == 0) for i, (role, width, col) in enumerate(linears)]
+    mlp = ([("gate", d, f, True), ("up", d, f, True), ("down", f, d, False)] if shape.gated else
+           [("fc1", d, f, True), ("fc2", f, d, False)])
+    linears = [("q", d, q, True), ("k", d, k, True), ("v", d, k, True), ("o", q, d, False)] + mlp
+    return [(role, fan_in, width, col, i % 2 == 0) for i, (role, fan_in, width, col) in enumerate(linears)]
+
+
+def op_replayed_shares(shape: LayerShape) -> tuple[float, float]:
+    """(attention projections, MLP): the share of their weights, and so of their FLOPs, whose Linears op-level
+    checkpointing replays in the backward (the ones op_checkpoint_linears does not keep)."""
+    def share(first: int, last: Optional[int]) -> float:
+        lins = op_checkpoint_linears(shape)[first:last]
+        return sum(i * o for _, i, o, _, keep in lins if not keep) / sum(i * o for _, i, o, _, _ in lins)
+    return share(0, 4), share(4, None)
 
 
 def op_checkpoint_bytes(shape: LayerShape, act_bytes: int, tp: ArrayLike = 1, sp: ArrayLike = False) -> Any:
@@ -148,7 +157,7 @@ def op_checkpoint_bytes(shape: LayerShape, act_bytes: int, tp: ArrayLike = 1, sp
     spa = np.asarray(sp, dtype=bool)
     split = e * shape.q_dim  # the attention core's output
     whole = 0.0
-    for _, width, col, saved in op_checkpoint_linears(shape):
+    for _, _, width, col, saved in op_checkpoint_linears(shape):
         if saved:
             split, whole = (split + e * width, whole) if col else (split, whole + e * width)
     layer_input = e * shape.d_model / np.where(spa, t, 1.0)
