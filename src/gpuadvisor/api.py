@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from .errors import UserError, error_text
 from .schemas import Cluster, Estimate, LaunchConfig, Plan, ProbeReport, Ranking, Workload
 from .schemas._base import Frozen
-from .schemas.workload import BatchDefault, FineTune
+from .schemas.workload import BatchDefault, FineTune, ModelSpec
 from .trials.schemas import ConfirmResult
 
 #: The preset used when this machine has no GPU and no cluster was given (seed 000's nano-cluster).
@@ -140,11 +140,11 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
 
 
 @typed
-def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+def make_workload(model: Union[str, ModelSpec], *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
                   allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
                   attention_kernel: str = "flash", kernels: str = "eager") -> Workload:
-    """Resolve a model string ("1.5B", "gpt2-xl", a config.json path) plus training settings.
+    """Resolve a model string ("1.5B", "gpt2-xl", a config.json path), or take a ModelSpec, plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
     attention_kernel: "flash" (FlashAttention-2 / PyTorch SDPA: the bundled trainers, DeepSpeed, torchtitan, HF) or
@@ -159,7 +159,8 @@ def make_workload(model: str, *, seq_len: Optional[int] = None, global_batch: Op
 
 
 @typed
-def make_workload_explained(model: str, *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
+def make_workload_explained(model: Union[str, ModelSpec], *, seq_len: Optional[int] = None,
+                            global_batch: Optional[int] = None,
                             precision: str = "bf16", token_budget: Optional[float] = None,
                             allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
                             attention_kernel: str = "flash",

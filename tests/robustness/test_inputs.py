@@ -283,10 +283,12 @@ def test_hints_name_only_flags_and_commands_that_exist():
     from gpuadvisor.launch import readback
 
     flags = _known_flags()
-    # readback.py quotes the flags of the user's own Megatron-LM file back to them, and plan.py names the Megatron
-    # flag a plan field stands for: those are Megatron's (read back by readback.py), not ours
+    # readback.py and megatron_shape.py quote the flags of the user's own Megatron-LM file back to them (and
+    # check_config.py the shape flags it lacks), and plan.py names the Megatron flag a plan field stands for: those
+    # are Megatron's (read back by readback.py), not ours
     megatron = readback._MEG_VALUED | readback._MEG_SWITCHES
-    foreign = {"readback.py": megatron, "plan.py": megatron}
+    foreign = {"readback.py": megatron, "plan.py": megatron, "megatron_shape.py": megatron,
+               "check_config.py": megatron}
     bad = []
     for fname, text in _messages():
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text):

@@ -69,6 +69,41 @@ def _fitting_split(rb, cluster, workload) -> None:
             return
 
 
+#: formats that do not state the model (a DeepSpeed JSON, a torchtitan job, an Accelerate YAML)
+_NO_MODEL = {".json": "a DeepSpeed JSON", ".toml": "a torchtitan job TOML", ".yaml": "an Accelerate YAML",
+             ".yml": "an Accelerate YAML"}
+
+
+def _model_to_predict(typed: Optional[str], rb, name: str):
+    """The model to predict: the file's shape when it states one and --model is absent or describes another model
+    (the file is what runs; a note says so), else --model. A file without a shape needs --model."""
+    if rb.model is None:
+        if typed is None:
+            raise UserError(rb.model_notes[0] if rb.model_notes else
+                            f"{name} does not state the model (Megatron's --num-layers, --hidden-size and "
+                            "--num-attention-heads); pass --model (a size such as 1.5B, a preset or a config.json)")
+        return typed
+    if typed is None:
+        rb.notes.extend(rb.model_notes)
+        return rb.model
+    from ..launch.megatron_shape import shape_differences
+    from ..workload.specs import resolve_model
+
+    given = resolve_model(typed)
+    diff = shape_differences(rb.model, given) if given.kind == "transformer" else ["not a transformer"]
+    if given.mlp == "geglu":  # Megatron's arguments cannot say GeGLU (the emitted file asks for it in a comment)
+        diff = [d for d in diff if not d.startswith("gated MLP")]
+    if not diff:
+        return typed
+    rb.notes.append(f"--model {typed} is {given.name}, which is not the model {name} trains ({'; '.join(diff)}): "
+                    f"predicted with the file's shape ({rb.model.name}); drop --model or make it match")
+    if rb.model_notes:  # the file does not say its vocabulary: --model's, as the closest statement of it
+        rb.notes.append(f"the vocabulary of --model {typed} taken ({given.vocab_size:,}), as the arguments do not "
+                        "say theirs")
+        return rb.model.model_copy(update={"vocab_size": given.vocab_size})
+    return rb.model
+
+
 def run_check(args: argparse.Namespace, cluster) -> int:
     """Read the file, predict it (api.predict), rank the alternatives (api.suggest) and compare."""
     from .. import api
@@ -78,12 +113,17 @@ def run_check(args: argparse.Namespace, cluster) -> int:
 
     finetune = finetune_from_args(args)
     path = Path(args.from_file)
+    kind = _NO_MODEL.get(path.suffix.lower())
+    if args.model is None and kind:
+        raise UserError(f"{path.name} is {kind}, which does not say the model; pass --model (a size such as 1.5B, a "
+                        "preset or a config.json)")
     default_gb, chosen = args.global_batch, None
-    if not default_gb:  # only an Accelerate YAML needs it (the others hold their batch): the model's default
+    if not default_gb and args.model is not None:  # only an Accelerate YAML needs it (the others hold their batch)
         dwl, chosen = api.make_workload_explained(args.model, seq_len=args.seq_len, finetune=finetune,
                                                   kernels=getattr(args, "kernels", None) or "eager")
         default_gb = dwl.training.global_batch
-    rb = read_config(path, world=cluster.num_devices, global_batch=default_gb)
+    rb = read_config(path, world=cluster.num_devices, global_batch=default_gb or 0)
+    model = _model_to_predict(args.model, rb, path.name)
     if chosen is not None and any("assumed --global-batch" in n for n in rb.notes):
         rb.notes.append(f"global batch {default_gb} is the default for '{dwl.model.name}' ({chosen.why}), not "
                         "your run's; pass --global-batch N")
@@ -97,7 +137,7 @@ def run_check(args: argparse.Namespace, cluster) -> int:
         plan = plan_for_cluster(spec, cluster)
     except ValueError as exc:
         raise UserError(f"{path.name} reads as plan '{spec}', which is not valid: {exc}") from None
-    wl = api.make_workload(args.model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
+    wl = api.make_workload(model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
                            precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget,
                            finetune=finetune,
                            attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash",
@@ -106,7 +146,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)
     if args.json:
-        print(json.dumps({"format": rb.fmt, "plan": spec, "notes": rb.notes, "ignored": rb.ignored,
+        print(json.dumps({"format": rb.fmt, "plan": spec, "model": wl.model.name, "notes": rb.notes,
+                          "ignored": rb.ignored,
                           "estimate": est.model_dump(mode="json"),
                           "best": ranked[0].model_dump(mode="json") if ranked else None,
                           "first_change": _edit(change[1]) if change else None}, indent=2))

@@ -17,9 +17,13 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import UserError
+from . import megatron_shape
+
+if TYPE_CHECKING:
+    from ..schemas.workload import ModelSpec
 
 
 @dataclass
@@ -38,6 +42,10 @@ class ReadBack:
     kernels: Optional[str] = None
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the model the file trains, where it states the shape (Megatron's --num-layers, --hidden-size,
+    #: --num-attention-heads...: launch/megatron_shape.py), and what reading it assumed (`model_notes`)
+    model: Optional["ModelSpec"] = None
+    model_notes: list[str] = field(default_factory=list)
     #: the file holds neither the micro-batch nor the accumulation (an Accelerate YAML without them): mb and m
     #: are the script's, and the plan splits the assumed global batch with m = 1
     split_assumed: bool = False
@@ -466,7 +474,7 @@ _MEG_VALUED = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py: _add_zero_args, _add_training_args;
     # deepspeed.add_config_arguments): the ZeRO stage, DeepSpeed's JSON, the old checkpointing chunk, Ulysses
     "--zero-stage", "--deepspeed_config", "--deepspeed-config", "--checkpoint-num-layers",
-    "--ds-sequence-parallel-size"}
+    "--ds-sequence-parallel-size"} | megatron_shape.VALUED
 #: _add_transformer_engine_args: --fp8-format choices and --fp8-recipe choices (default delayed); per-tensor ones are
 #: what the cost model prices, the others are read as per-tensor FP8 with a note
 _MEG_FP8_FORMATS = ("e4m3", "hybrid")
@@ -483,7 +491,8 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
                  # Megatron-DeepSpeed: the DeepSpeed engine, its pipeline switch, CPU Adam, the flash kernels
-                 "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations", *_MDS_FLASH}
+                 "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations", *_MDS_FLASH,
+                 *megatron_shape.SWITCHES}
 #: Megatron-Core's modules that --recompute-granularity selective recomputes (nargs '*', default core_attn)
 _MEG_RECOMPUTE_MODULES = "--recompute-modules"
 #: --recompute-granularity and --recompute-method choices (megatron/training/arguments.py _add_training_args)
@@ -507,7 +516,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     rb = ReadBack("Megatron-LM arguments")
     vals: dict[str, str] = {}
     switches: set[str] = set()
-    ours = _MEG_VALUED | _MEG_SWITCHES | {_MEG_RECOMPUTE_MODULES}
+    ours = _MEG_VALUED | _MEG_SWITCHES | {_MEG_RECOMPUTE_MODULES} | megatron_shape.LISTED
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -521,7 +530,7 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             vals[flag] = inline or argv[i + 1]
             i += 1 if inline else 2
             continue
-        if flag == _MEG_RECOMPUTE_MODULES:  # nargs='*': the words up to the next flag
+        if flag == _MEG_RECOMPUTE_MODULES or flag in megatron_shape.LISTED:  # nargs: the words up to the next flag
             words = [inline] if inline else []
             while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 words.append(argv[i + 1])
@@ -634,6 +643,8 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         _fsdp_runtime(rb.plan)
     if "--seq-length" in vals:
         rb.seq_len = num("--seq-length", 1)
+    rb.model, rb.model_notes = megatron_shape.megatron_model(vals, switches, tp=tp,
+                                                             deepspeed="--deepspeed" in switches, where=where)
     rb.world_size = world
     return rb
 
