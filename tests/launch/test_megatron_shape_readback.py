@@ -111,6 +111,9 @@ def test_a_tokenizer_the_file_does_not_size_takes_the_vocabulary_of_model(tmp_pa
     ("c.txt", MDS + " --num-experts 8", "DeepSpeed-MoE layers (--num-experts with --deepspeed) are not read"),
     ("d.txt", MDS + " --hidden-size 2050", "the model shape flags do not make a model"),
     ("e.txt", MDS + " --hidden-dropout 1.5", "--hidden-dropout must be a probability in [0, 1)"),
+    # a launch script's line with its shell variables unexpanded
+    ("g.txt", MDS + " --hidden-size ${HIDDEN}", "'--hidden-size' must be a positive integer, got '${HIDDEN}'; it is a "
+                                                 "shell variable: give the arguments with their values"),
     ("f.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4", "learned absolute positions (Megatron's "
                                                                         "default) need --max-position-embeddings"),
 ])

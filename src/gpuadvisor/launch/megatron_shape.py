@@ -25,6 +25,7 @@ from ..errors import UserError, validation_message
 from ..schemas.workload import ModelSpec
 from ..workload.catalog import format_size
 from ..workload.shapes import layer_shape
+from .values import positive_int as _int
 
 #: valued flags this module reads (readback adds them to the flags it knows)
 VALUED = {"--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--kv-channels", "--num-query-groups",
@@ -43,16 +44,6 @@ _NO_TABLE = {"rope", "mrope", "yarn", "none", "relative"}
 _POSITION_TYPES = ("learned_absolute", *sorted(_NO_TABLE))
 #: GPT-2's byte-level BPE vocabulary (Radford et al. 2019), Megatron's GPT2BPETokenizer
 GPT2_VOCAB = 50257
-
-
-def _int(where: str, flag: str, value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UserError(f"{where}: {flag} must be a positive integer, got {value!r}")
-    return n
 
 
 def _float(where: str, flag: str, value: str) -> float:

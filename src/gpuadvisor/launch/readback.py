@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import UserError
 from . import megatron_shape
+from .values import positive_int as _int
 
 if TYPE_CHECKING:
     from ..schemas.workload import ModelSpec
@@ -59,15 +60,6 @@ def _unknown(where: str, key: str, known: set[str]) -> UserError:
     near = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f"did you mean '{near[0]}'?" if near else f"known keys: {', '.join(sorted(known)[:12])}..."
     return UserError(f"{where}: unknown key '{key}'; {hint}")
-
-
-def _int(where: str, key: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        if isinstance(v, str) and v.strip().isdigit() and int(v) >= 1:
-            return int(v)
-        raise UserError(f"{where}: '{key}' must be a positive integer, got {v!r}"
-                        + ("; replace \"auto\" by the number" if v == "auto" else ""))
-    return v
 
 
 # --- DeepSpeed (runtime/constants.py, runtime/zero/config.py, DeepSpeed 0.19.8) -----------------------------
