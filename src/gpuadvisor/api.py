@@ -221,8 +221,9 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         attention_kernel: "flash" (FlashAttention-2 / SDPA, default) or "cudnn" (Transformer Engine, as Megatron-Core
             and NeMo run it).
         kernels: "eager" (PyTorch modules, as the bundled trainers of launch.sh run them; default), "fused"
-            (fused norm/loss kernels: llm-foundry, Liger, torch.compile) or "fused-layers" (torch.compile of the model
-            alone, beside an eager loss): what the layers and loss store.
+            (fused norm/loss kernels: llm-foundry, Liger, torch.compile), "fused-layers" (torch.compile of the model
+            alone, beside an eager loss) or "hf" (Hugging Face transformers' modeling code run eagerly: eager, plus
+            the HBM passes of its op-by-op norms, rotary, K/V repeat and gate): what the layers and loss store.
     """
     from .workload.finetune import trainable_params
     from .workload.settings import default_seq_note

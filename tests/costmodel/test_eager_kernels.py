@@ -167,3 +167,37 @@ def test_an_eager_moe_layer_pays_its_expert_loop_on_the_host():
         ctx.moe_loop_kernels = 0.0  # the same plan without the loop
         without = evaluate(parse_plan(spec), ctx).compute_s
         assert with_loop - without == pytest.approx(m * layers * 128 / ep * per_expert, rel=1e-9)
+
+
+def test_hf_modeling_code_moves_its_counted_bytes_beyond_a_fused_layer():
+    """kernels "hf" (Hugging Face's modeling code, run eagerly): per token and layer, Llama 3.1 8B in bf16 moves
+    2 RMSNorms x (72 + 5e)·h whole, and over the split widths the output copy 4e·q, rotate-half rotary 16e·(q + k),
+    repeat_kv 4e·(k + q) and act·up 6e·f: 264·h bytes (compute.hf_eager_traffic). GPT-2's LayerNorm and GeLU run
+    PyTorch's fused kernels: only the output copy."""
+    from gpuadvisor.costmodel.analytical.compute import hf_eager_traffic
+
+    llama = layer_shape(make_workload("llama-3.1-8b").model)
+    whole, split = hf_eager_traffic(llama, True, 2)
+    h, q, k, f = llama.d_model, llama.q_dim, llama.kv_dim, llama.d_ff
+    assert whole == 2 * 82 * h
+    assert split == 8 * q + 32 * (q + k) + 8 * (k + q) + 12 * f
+    assert (whole + split) / h == pytest.approx(264)
+    gpt2 = layer_shape(make_workload("gpt2").model)
+    assert hf_eager_traffic(gpt2, False, 2) == (0.0, 8 * gpt2.q_dim)
+
+
+def test_hf_kernels_cost_their_bytes_over_hbm_and_store_as_eager():
+    """The same plan under "hf" and "eager": the difference in the step is the counted bytes over the GPU's memory
+    bandwidth (no recompute: once per layer and token), the memory the same (both store as eager modules do)."""
+    plan = parse_plan("dp=8,mb=2,m=1")
+    cl = load_preset("dgx-a100-8x")
+    wl = {k: make_workload("llama-3.1-8b", seq_len=1024, global_batch=16, kernels=k) for k in ("eager", "hf")}
+    ctx = {k: Context(cl, w) for k, w in wl.items()}
+    ev = {k: evaluate(plan, c) for k, c in ctx.items()}
+    whole, split = ctx["hf"].hf_traffic
+    assert ctx["eager"].hf_traffic == (0.0, 0.0) and whole > 0
+    tokens, layers = 2 * 1024, 32
+    extra = tokens * layers * (whole + split) / ctx["hf"].mem_bw
+    assert ev["hf"].compute_s - ev["eager"].compute_s == pytest.approx(extra, rel=1e-6)
+    assert extra / ev["eager"].compute_s == pytest.approx(0.05, abs=0.04)  # a few % on an A100
+    assert ev["hf"].mem.activations == ev["eager"].mem.activations and ev["hf"].mem.logits == ev["eager"].mem.logits

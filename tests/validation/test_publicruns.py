@@ -145,11 +145,11 @@ def test_stacks_without_dropout_store_no_masks_and_their_runs_fit(runs):
 
 
 def test_torchtitan_kernels_follow_whether_and_when_it_compiled(runs):
-    """torchtitan without torch.compile runs eager modules; its December 2024 release compiled the blocks and left
-    the loss eager (fused-layers); 2025's compiles the loss too (fused)."""
+    """torchtitan of 2024 without torch.compile runs its own modules op by op, as Hugging Face's (hf); its December
+    2024 release compiled the blocks and left the loss eager (fused-layers); 2025's compiles the loss too (fused)."""
     kernels = {ref: to_inputs(_run(runs, ref), approximate=list(LIMITS)).workload.training.kernels
                for ref in ("torchtitan:1", "torchtitan:2", "torchtitan:19")}
-    assert kernels == {"torchtitan:1": "eager", "torchtitan:2": "fused-layers", "torchtitan:19": "fused"}
+    assert kernels == {"torchtitan:1": "hf", "torchtitan:2": "fused-layers", "torchtitan:19": "fused"}
     unstated = _find(runs, source_id="torchtitan_perf_doc_2024", model_name="Llama 2 13B",
                      activation_checkpointing="none")
     assert not unstated.compile  # compiled or not, a 2024 torchtitan's loss ran eager

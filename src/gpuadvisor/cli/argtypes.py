@@ -22,7 +22,9 @@ KERNELS_HELP = ("what the layers and loss store: eager = PyTorch modules, as the
                 "accelerate run them (autocast norms keep fp32 inputs, SDPA's K/V and output copies, cross-entropy "
                 "on fp32 logits, MoE experts looped in Python; default), fused = fused norm and loss kernels and "
                 "grouped-GEMM experts (llm-foundry, Liger, torch.compile, Megatron, torchtitan), fused-layers = "
-                "compiled layers beside an eager fp32 loss (torch.compile of the model alone)")
+                "compiled layers beside an eager fp32 loss (torch.compile of the model alone), hf = Hugging Face "
+                "transformers' modeling code run eagerly (eager, plus the HBM passes of its op-by-op fp32 RMSNorm, "
+                "rotary, K/V repeat and gate: your own HF Trainer / peft script)")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -74,7 +74,8 @@ def describe_workload(w: Workload) -> str:
     if m.kind == "transformer":
         kernel = (", cuDNN attention" if t.attention_kernel == "cudnn" else
                   ", fused kernels" if t.kernels == "fused" else
-                  ", compiled layers, eager loss" if t.kernels == "fused-layers" else "")
+                  ", compiled layers, eager loss" if t.kernels == "fused-layers" else
+                  ", Hugging Face eager modules" if t.kernels == "hf" else "")
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
                 f"global batch {t.global_batch}, {t.precision}{kernel}")
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"

@@ -657,6 +657,9 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
     extra = extra + rop * ctx.fwd_frac  # op-level recompute replays every elementwise kernel of the forward
     traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
     t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
+    hf_whole, hf_split = ctx.hf_traffic  # Hugging Face's eager code beyond it (compute.hf_eager_traffic)
+    if hf_whole or hf_split:
+        t_layer = t_layer + tokens * extra * (hf_whole / np.where(sp, tp, 1.0) + hf_split / tp) / ctx.mem_bw
     fwd_b, bwd_b = ctx.score_traffic
     if bwd_b:
         # an unfused attention core moves its b·(a/tp)·s² scores through HBM pass by pass

@@ -180,7 +180,7 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
             files.append("  megatron_args.txt  Megatron-LM pretrain_gpt.py arguments")
     if adapters and _peft.unsupported(job.plan, job.workload) is None:
         files.append(f"  {_peft.SCRIPT}      {_peft.LABELS[job.workload.finetune.method]} on your own data "
-                     "(transformers + peft); start: "
+                     "(transformers + peft: Hugging Face's modeling code, which `--kernels hf` prices); start: "
                      + shlex.join(_peft.launch_line(launch, job.workload, "<i>")))
         files.append("  accelerate.yaml    HuggingFace Accelerate config for " + _peft.SCRIPT)
     elif not adapters and _accelerate.unsupported(launch) is None:

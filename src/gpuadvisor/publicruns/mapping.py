@@ -365,6 +365,11 @@ def kernels_of(run: PublicRun, notes: list[str]) -> str:
     if not TORCHTITAN.search(run.framework):
         return "fused"
     if run.compile.strip().lower().startswith("no"):
+        if TORCHTITAN_EAGER_LOSS.search(run.software):
+            # torchtitan's modules of 2024 (models/norms.py RMSNorm, complex rotary, repeat_kv) are HF's op by op
+            notes.append("torchtitan of 2024 without torch.compile: its modules op by op as Hugging Face's (fp32 "
+                         "RMSNorm, rotary, repeat_kv; kernels hf)")
+            return "hf"
         notes.append("torchtitan without torch.compile: eager norms, K/V copies and loss (kernels eager)")
         return "eager"
     if TORCHTITAN_EAGER_LOSS.search(run.software):

@@ -21,8 +21,11 @@ ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
 #: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE),
 #: "fused-layers" compiled layers beside an eager loss on an fp32 copy of the logits (torch.compile of the model
-#: alone: torchtitan until its loss was compiled too, its compile.components = ["model"]).
-Kernels = Literal["eager", "fused", "fused-layers"]
+#: alone: torchtitan until its loss was compiled too, its compile.components = ["model"]), "hf" Hugging Face
+#: transformers' modeling code run eagerly (op-by-op fp32 RMSNorm, rotate-half rotary, repeat_kv, act·up as two
+#: kernels; torchtitan's own modules of 2024 without torch.compile too): eager storage and loss, and the extra HBM
+#: traffic of those ops (costmodel/analytical/compute.hf_eager_traffic).
+Kernels = Literal["eager", "fused", "fused-layers", "hf"]
 KERNELS: tuple[str, ...] = get_args(Kernels)
 
 
@@ -187,7 +190,9 @@ class TrainingSettings(Frozen):
                              "Python) or fused (fused norm and cross-entropy kernels, FlashAttention's own layout "
                              "and grouped-GEMM experts: llm-foundry's MPT, Liger, torch.compile, Transformer "
                              "Engine, Megatron, torchtitan) or fused-layers (fused layers, eager fp32 loss: "
-                             "torch.compile of the model alone). attention_kernel cudnn implies fused")
+                             "torch.compile of the model alone) or hf (Hugging Face transformers' modeling code run "
+                             "eagerly: eager storage and loss, and the HBM passes of its op-by-op fp32 RMSNorm, "
+                             "rotate-half rotary, repeat_kv and act·up). attention_kernel cudnn implies fused")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")

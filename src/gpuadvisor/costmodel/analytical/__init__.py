@@ -95,9 +95,10 @@ class Context:
         self.sp_keeps_gathered = t.attention_kernel == "flash"
         # eager PyTorch layers and loss (TrainingSettings.kernels): what they store beside the paper's count
         # (memory.activation_terms `eager`, `autocast`; memory.LOGIT_BYTES_EAGER)
-        self.eager_layers = t.kernels == "eager" and not self.te_layers
+        # (Hugging Face's modeling code, "hf", stores as the bundled trainers' eager modules do)
+        self.eager_layers = t.kernels in ("eager", "hf") and not self.te_layers
         # the loss on an fp32 copy of the logits: eager, or beside compiled layers ("fused-layers")
-        self.eager_loss = t.kernels in ("eager", "fused-layers") and not self.te_layers
+        self.eager_loss = t.kernels in ("eager", "hf", "fused-layers") and not self.te_layers
         self.loss_bytes = K.EAGER_LOSS_BYTES_PER_LOGIT if self.eager_loss else 0.0
         self.fp8_linears, self.te_fp8_cache_bytes = False, 0.0
         check_fp8_devices(workload, devs)
@@ -165,6 +166,10 @@ class Context:
             # CoreAttention.forward runs baddbmm (Q·Kᵀ), the fused scale-mask-softmax, dropout and bmm (·V);
             # a fused core is one kernel
             self.core_kernels = 4.0 if eager else 1.0
+            # Hugging Face's modeling code run eagerly ("hf"): its op-by-op norms, rotary, K/V repeat and gate moves
+            # more bytes than a fused layer (compute.hf_eager_traffic: whole under TP, split tp ways)
+            self.hf_traffic = (K.hf_eager_traffic(self.shape, not m.max_seq_len, self.act_bytes)
+                               if t.kernels == "hf" and dev.kind == "gpu" and not self.te_layers else (0.0, 0.0))
             # each GEMM kind's width before TP (engine._compute sizes them; flops_split in _finetune)
             self.q_width = float(self.shape.q_dim)
             self.mlp_width = float((self.shape.expert_d_ff if self.shape.moe else self.shape.d_ff)
@@ -211,6 +216,7 @@ class Context:
             self.fused_attention = True
             self.score_traffic = (0.0, 0.0)
             self.core_kernels = 0.0
+            self.hf_traffic = (0.0, 0.0)
             self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6

@@ -7,7 +7,7 @@ import numpy as np
 
 from ...schemas import FineTune, ModelSpec
 from ...workload.finetune import adapter_flops_per_token
-from ...workload.shapes import layer_shape
+from ...workload.shapes import LayerShape, layer_shape
 
 
 def layer_params(m: ModelSpec) -> int:
@@ -182,6 +182,45 @@ def elementwise_time_s(tokens: int, layers: float, d_model: int, act_bytes: int,
 #: (benchmarks/results/gpu_trainer_check_2026-11-27_h200.txt) it is 14 ms of GPT-2 124M's 149 ms step at
 #: micro-batch 32 and 21 ms of Qwen2.5 0.5B's 197 ms (a 151,936 vocabulary).
 EAGER_LOSS_BYTES_PER_LOGIT = 40.0
+
+
+def hf_eager_traffic(shape: LayerShape, rotary: bool, act_bytes: float) -> tuple[float, float]:
+    """(bytes per token per layer that stay whole under TP, bytes split tp ways) that Hugging Face transformers'
+    modeling code, run eagerly, moves through HBM beyond a fused layer's elementwise traffic (TrainingSettings.kernels
+    "hf"; the fused layer's is `elementwise_traffic_per_h`). Counted op by op from the code, forward and backward,
+    every op reading its inputs and writing its output once (e = act_bytes, fp32 = 4), not fitted:
+
+    - RMSNorm (LlamaRMSNorm; torchtitan's RMSNorm of 2024 is the same): x.to(fp32), pow(2), mean, x·rsqrt,
+      .to(e), weight· — 28 + 4e bytes per element forward, 44 + 6e backward (the casts, the products' two gradients,
+      mean's expansion, the two paths into x summed), against a fused norm's 2e + 3e: 72 + 5e more, per norm of
+      width h (whole under TP unless sequence parallelism splits it). A LayerNorm runs PyTorch's fused kernel: 0.
+    - rotary by rotate_half (q·cos + cat(−x2, x1)·sin): 10e forward and 10e backward per query and key element,
+      against a fused rotary's 2e + 2e: 16e more over q_dim + kv_dim.
+    - repeat_kv before SDPA (grouped-query attention): K and V copied to every query head, 2e·(kv + q) forward and
+      the group sum 2e·(kv + q) backward.
+    - the attention output's transpose(1, 2).contiguous(): 2e·q forward, 2e·q backward.
+    - gated MLP act(gate)·up as two kernels: 5e forward, 9e backward per element of the MLP width, against a fused
+      SwiGLU's 3e + 5e: 6e more.
+    - QK-norm (Qwen3): the RMSNorm count over q_dim + kv_dim.
+
+    Llama 3.1 8B in bf16: 264·h bytes per token per layer beyond the fused 120·h; at 16k tokens per H100 micro-batch
+    ~0.17 s of the 0.39 s that torchtitan's eager step took beyond its compiled one (torchtitan_llama3_h100_202412
+    rows 1-2), the rest kernel launches and the replayed forward's share. HF GPT-2's Python `gelu_new` is not counted.
+    """
+    e = float(act_bytes)
+    h, q, k = shape.d_model, shape.q_dim, shape.kv_dim
+    norm = 72.0 + 5.0 * e  # an op-by-op RMSNorm beyond a fused one, per element, forward + backward
+    whole = shape.norms * norm * h if shape.rmsnorm else 0.0
+    split = 4.0 * e * q
+    if rotary:
+        split += 16.0 * e * (q + k)
+    if shape.n_kv_heads < shape.n_heads:
+        split += 4.0 * e * (k + q)
+    if shape.gated:
+        split += 6.0 * e * shape.mlp_width_per_token
+    if shape.qk_norm:
+        split += norm * (q + k)
+    return whole, split
 
 
 def unfused_attention_bytes(act_bytes: int, dropout: bool) -> tuple[float, float]:

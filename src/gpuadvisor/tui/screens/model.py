@@ -24,7 +24,8 @@ KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transfor
 #: What the layers and loss store: (label, TrainingSettings.kernels) — docs/workload.md "kernels".
 STACKS = (("eager PyTorch (bundled trainers, HF, accelerate)", "eager"),
           ("fused (torch.compile, Megatron, llm-foundry, Liger)", "fused"),
-          ("compiled model, eager loss", "fused-layers"))
+          ("compiled model, eager loss", "fused-layers"),
+          ("Hugging Face modeling code, eager", "hf"))
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
