@@ -81,3 +81,21 @@ def test_the_kernels_change_the_prediction(tmp_path, capsys):
     assert eager == pytest.approx(4 * 1024 * 50257 * 12, rel=1e-6)
     assert compiled == forced == pytest.approx(eager / 3, rel=1e-6)
     assert model_only == pytest.approx(eager, rel=1e-6)  # the compiled model's loss is still eager
+
+
+@pytest.mark.parametrize("text, kernels, note", [
+    ("distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: bf16\n", "hf",
+     "priced as Hugging Face transformers' modeling code (--kernels hf"),
+    ("distributed_type: MULTI_GPU\nnum_processes: 4\ndynamo_config:\n  dynamo_backend: INDUCTOR\n", "fused",
+     "dynamo_backend INDUCTOR: torch.compile of the model"),
+    ("distributed_type: MULTI_GPU\nnum_processes: 4\ndynamo_config:\n  dynamo_backend: 'NO'\n", "hf", None),
+    ("distributed_type: MEGATRON_LM\nnum_processes: 4\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n", "fused",
+     None),
+])
+def test_accelerate_runs_the_scripts_hf_model_unless_compiled(tmp_path, text, kernels, note):
+    """Accelerate launches the user's script, a Hugging Face model by assumption: its eager modeling code ("hf",
+    said), fused when a dynamo backend compiles it or Megatron-LM runs the layers."""
+    (tmp_path / "acc.yaml").write_text(text)
+    rb = read_config(tmp_path / "acc.yaml", world=4, global_batch=16)
+    assert rb.kernels == kernels
+    assert note is None or any(note in n for n in rb.notes), rb.notes

@@ -431,8 +431,26 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         rb.precision = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}.get(mp, "fp32")
     if rb.precision == "fp8":
         _accelerate_fp8(data, rb, where)
+    _accelerate_kernels(data, kind, rb)
     rb.world_size = world
     return rb
+
+
+def _accelerate_kernels(data: dict, kind: str, rb: ReadBack) -> None:
+    """The kernels of the script Accelerate launches (TrainingSettings.kernels): Megatron-LM's own layers are fused;
+    a `dynamo_config` backend compiles the model (and an HF model's loss, computed in its forward): fused; otherwise
+    the script's model runs eagerly, a Hugging Face transformers model by assumption: "hf", said."""
+    backend = str((data.get("dynamo_config") or {}).get("dynamo_backend", "NO")).upper()
+    if kind == "MEGATRON_LM":
+        rb.kernels = "fused"
+    elif backend not in ("NO", "NONE", ""):
+        rb.kernels = "fused"
+        rb.notes.append(f"dynamo_backend {backend}: torch.compile of the model (and an HF model's loss, computed in "
+                        "its forward), priced with fused kernels (--kernels fused)")
+    else:
+        rb.kernels = "hf"
+        rb.notes.append("Accelerate runs your script's model eagerly: priced as Hugging Face transformers' modeling "
+                        "code (--kernels hf; --kernels eager for a model with fused norms, as the bundled trainers')")
 
 
 #: accelerate's FP8 backends (commands/launch.py --fp8_backend; utils/dataclasses.py FP8BackendType)
