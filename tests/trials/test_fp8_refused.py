@@ -108,3 +108,19 @@ def test_confirm_refuses_cudnn_attention_the_bundled_trainers_do_not_run(capsys)
     rc = main(["suggest", "--model", "10M", "--preset", "cpu-2ranks", "--attention-kernel", "cudnn", "--confirm", "2"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--attention-kernel flash" in err
+
+
+def test_confirm_refuses_hf_kernels_the_bundled_trainers_do_not_run(capsys, tmp_path):
+    """--kernels hf prices Hugging Face's op-by-op modules; the bundled trainers run fused nn.RMSNorm: a trial would
+    time the wrong stack. Refused before ranking (CLI) and in the study (a Workload through the API)."""
+    from gpuadvisor.api import confirm, make_workload
+    from gpuadvisor.cli import main
+    from gpuadvisor.errors import UserError
+
+    rc = main(["suggest", "--model", "10M", "--preset", "cpu-2ranks", "--kernels", "hf", "--confirm", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--kernels hf prices Hugging Face's modeling code" in err
+    assert "confirm with --kernels eager" in err
+    wl = make_workload("10M", seq_len=64, global_batch=2, kernels="hf")
+    with pytest.raises(UserError, match="--kernels hf prices Hugging Face's modeling code"):
+        confirm(wl, preset="cpu-2ranks", storage=str(tmp_path / "s.db"))

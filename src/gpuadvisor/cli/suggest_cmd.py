@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 nor cuDNN attention
         from ..trials.hostcheck import refuse_unmeasurable
 
-        refuse_unmeasurable(args.precision, args.attention_kernel, "confirm")
+        refuse_unmeasurable(args.precision, args.attention_kernel, "confirm", kernels=args.kernels)
     if args.study_name and not args.confirm:
         raise UserError("--study-name only applies with --confirm K; add --confirm or drop --study-name")
     if len(args.what_if) > 1 and (args.confirm or args.emit):

@@ -112,12 +112,17 @@ def refuse_fp8(precision: str, command: str) -> None:
 
 
 def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
-                        core_kernel: Optional[str] = None) -> None:
+                        core_kernel: Optional[str] = None, kernels: Optional[str] = None) -> None:
     """`refuse_fp8`, and the same for `attention_kernel` "cudnn" and "eager": the bundled trainers run PyTorch's SDPA
     (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention or an
     unfused core's slower one. `core_kernel` (Workload.core_kernel) "eager" on the flash stack is a model with
-    attention sinks, which the trainers' SDPA runs without: the same mismatch."""
+    attention sinks, which the trainers' SDPA runs without: the same mismatch. `kernels` "hf" prices Hugging Face's
+    op-by-op modeling code, which the trainers' modules (fused nn.RMSNorm) do not run."""
     refuse_fp8(precision, command)
+    if kernels == "hf":
+        raise UserError(f"{command}: --kernels hf prices Hugging Face's modeling code, which the bundled trainers do "
+                        "not run (their norms are PyTorch's fused nn.RMSNorm); confirm with --kernels eager, or time "
+                        "your own script with `gpuadvisor predict --from` on its accelerate.yaml")
     if core_kernel == "eager" and attention_kernel == "flash":
         raise UserError(f"{command}: this model's attention sinks cannot be measured by the bundled trainers, whose "
                         "SDPA attention runs without them while the prediction prices the unfused core they need; "

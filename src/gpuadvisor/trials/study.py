@@ -428,7 +428,7 @@ def confirm(cluster: Cluster, workload: Workload, *, top_k: int = 3, budget_s: f
     bundled = trainer_module == TRAINER
     if bundled:  # the real trainers measure this host: it must be the hardware the plans are for
         refuse_unmeasurable(workload.training.precision, workload.training.attention_kernel, "confirm",
-                            workload.core_kernel)
+                            workload.core_kernel, workload.training.kernels)
         require_host(cluster)
     show = make_progress(progress)
     planner = planner or DefaultPlanner(cluster, workload, correction)
