@@ -229,6 +229,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     from .workload.settings import default_seq_note
     from .launch import build_launch
     from .ranking import apply_what_if, rank
+    from .ranking.alignment import padding_note
 
     clus, notes = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     for spec in what_if or []:
@@ -253,6 +254,10 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             notes.append(seq_note)
     ranking = rank(clus, wl, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                    correction=_correction(use_learned))
+    if ranking.top:
+        pad = padding_note(wl, clus, ranking.top[0])
+        if pad:
+            notes.append(pad)
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
     return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes,
                       trainable_params=trainable_params(wl))

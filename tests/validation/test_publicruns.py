@@ -137,7 +137,9 @@ def test_stacks_without_dropout_store_no_masks_and_their_runs_fit(runs):
     mpt = _run(runs, "llmfoundry_mpt:179")
     assert (mpt.model_name, mpt.micro_batch, mpt.gpu) == ("MPT-1b", 10, "A100 40GB")
     assert to_inputs(mpt).workload.model.dropout is False
-    assert to_inputs(_find(runs, family="single_node_gpt2", source_id="llmc_scripts")).workload.model.dropout is False
+    llmc = to_inputs(_find(runs, family="single_node_gpt2", source_id="llmc_scripts")).workload.model
+    assert llmc.dropout is False
+    assert llmc.vocab_size == 50304  # llm.c's padded_vocab_size: its head's GEMMs run aligned
     megatron = to_inputs(_run(runs, "megatron_lm:1"), approximate=list(LIMITS))
     assert megatron.workload.model.dropout is None and layer_shape(megatron.workload.model).dropout
     (o,) = evaluate_runs([mpt])

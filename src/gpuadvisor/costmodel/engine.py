@@ -23,7 +23,7 @@ from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_steps_latency_s
-from .analytical.compute import CORE_FORWARD_SHARE, layer_gemm_efficiency
+from .analytical.compute import CORE_FORWARD_SHARE, alignment_factor, layer_gemm_efficiency
 from .analytical.memory import MemoryParts, activation_bytes_per_layer, logits_bytes, state_bytes_per_param
 from .rules import Rule, load_rules
 
@@ -632,11 +632,14 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
         return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
     extra = 1.0 + rc * ctx.fwd_frac  # a recomputing layer replays its forward (1/3 of 6N; more with adapters)
-    def rate(rows, width, curve=ctx.linear_curve):
+    def rate(rows, width, curve=ctx.linear_curve, aligned=()):
         # saturating in each pass's output size and reduction length (compute.layer_gemm_efficiency), on the
-        # Linears' curve or the 16-bit one (ctx.bf16_curve: attention core, LM head)
+        # Linears' curve or the 16-bit one (ctx.bf16_curve: attention core, LM head); `aligned`: the GEMM's leading
+        # dimensions besides h, whose 16-byte alignment it needs at full rate (compute.alignment_factor)
         rate_max, x_half, w_half = curve
-        return rate_max * layer_gemm_efficiency(rows, ctx.h, width, x_half, w_half)
+        elem = ctx.linear_elem_bytes if curve is ctx.linear_curve else ctx.act_bytes
+        return (rate_max * layer_gemm_efficiency(rows, ctx.h, width, x_half, w_half)
+                * alignment_factor((ctx.h, *aligned), elem, ctx.align_bytes, ctx.misaligned_rate))
     # a TP GEMM keeps its tokens and one side at h; it narrows only where the split width falls below h (issue
     # 13: sizing every GEMM at tokens·h/tp made TP-8 runs of large models ~1.5x too slow on H100)
     fs = ctx.flops_split
@@ -652,8 +655,11 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
     op_proj, op_mlp = ctx.op_unsaved
     proj_extra = extra + rop * ctx.fwd_frac * op_proj
     mlp_extra = extra + rop * ctx.fwd_frac * op_mlp
-    t_layer = tokens / tp * (proj_extra * fs["proj"] / rate(tokens, ctx.q_width / tp)
-                             + mlp_extra * fs["mlp"] / rate(mlp_rows, mlp_w) + core_extra * fs["core"] / core_rate)
+    proj_w = ctx.q_width / tp
+    ffn_w = mlp_w / (2.0 if ctx.shape.gated else 1.0)  # one Linear's width: gate and up are two
+    t_layer = tokens / tp * (proj_extra * fs["proj"] / rate(tokens, proj_w, aligned=(proj_w,))
+                             + mlp_extra * fs["mlp"] / rate(mlp_rows, mlp_w, aligned=(ffn_w,))
+                             + core_extra * fs["core"] / core_rate)
     extra = extra + rop * ctx.fwd_frac  # op-level recompute replays every elementwise kernel of the forward
     traffic = ctx.elem_traffic + ctx.fp8_cast_traffic  # FP8: scale and cast every Linear input / output gradient
     t_layer = t_layer + tokens * extra * traffic * ctx.h * ctx.act_bytes / np.where(sp, tp, 1.0) / ctx.mem_bw
@@ -671,7 +677,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
         # other m - 1 and on the replay (Context.te_fp8_cache_bytes): once per step, spread over its micro-batches
         casts = 2.0 / m if ctx.te_fp8_cache_bytes else 2.0 + rc + rop
         t_layer = t_layer + casts * ctx.fp8_weight_cast * ctx.w_layer_bytes / ctx.weight_bytes / tp / ctx.mem_bw
-    t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve)
+    t_head = tokens * ctx.head_fpt / tp / rate(tokens, ctx.V / tp, ctx.bf16_curve, aligned=(ctx.V / tp,))
     # the eager loss's fp32 passes over the logits (compute.EAGER_LOSS_BYTES_PER_LOGIT; vocab-parallel across tp)
     t_head = t_head + tokens * ctx.V / tp * ctx.loss_bytes / ctx.mem_bw
     # QLoRA dequantises the layer's NF4 Linears before each pass that multiplies by them (fwd, bwd, replay)

@@ -332,6 +332,10 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
         if not vocab:
             vocab = GPT2_VOCAB
             notes.append(f"vocabulary not stated: GPT-2 BPE {GPT2_VOCAB}")
+    if vocab == GPT2_VOCAB and LLMC.search(run.framework):
+        # llm.c pads GPT-2's vocabulary for its GEMMs (train_gpt2.cu: padded_vocab_size = 50304, "padded to 128")
+        vocab = LLMC_PADDED_VOCAB
+        notes.append(f"llm.c pads the vocabulary to {LLMC_PADDED_VOCAB:,} (its padded_vocab_size)")
     need = {"layers": run.layers, "hidden": run.hidden, "heads": run.heads, "ffn_hidden": ffn,
             "vocab": vocab, "seq_len": run.seq_len}
     missing = [k for k, v in need.items() if not v]
@@ -354,6 +358,9 @@ def model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
 #: dropout layer) and nanoGPT (train.py: dropout = 0.0 "for pretraining 0 is good"). Megatron's GPT keeps its
 #: 0.1 defaults (--hidden-dropout, --attention-dropout), so its rows keep the family default.
 NO_DROPOUT = re.compile(r"llm-foundry|llm\.c|nanoGPT", re.IGNORECASE)
+#: llm.c (Karpathy; train_gpt2.cu) and the vocabulary its GEMMs run: GPT-2's 50,257 padded to a multiple of 128
+LLMC = re.compile(r"llm\.c", re.IGNORECASE)
+LLMC_PADDED_VOCAB = 50304
 
 
 def kernels_of(run: PublicRun, notes: list[str]) -> str:

@@ -105,6 +105,11 @@ class Context:
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
             self._fp8(dev, cal)
         self.linear_curve = (self.rate_max, self.x_half, self.w_half)
+        # GEMMs with a leading dimension off the 16-byte grid run below their curve (compute.alignment_factor); the
+        # Linears' elements are FP8 bytes under fp8, the rest 16-bit (or fp32); CPU BLAS has no such rule
+        self.align_bytes = float(ge["alignment_bytes"]) if dev.kind == "gpu" else 0.0
+        self.misaligned_rate = float(ge["misaligned_rate"])
+        self.linear_elem_bytes = 1.0 if self.fp8_linears else float(self.act_bytes)
         self.kpl, self.launch_us = float(ov["kernels_per_layer"]), float(ov["launch_us"])
         self.generic_kernels = float(ov.get("generic_kernels", 200))
         self.step_overhead = float(ov["step_overhead_s"])

@@ -151,6 +151,21 @@ def layer_gemm_efficiency(rows, d_model: int, width_per_rank, x_half: float, w_h
     return 3.0 / (1.0 / (s_narrow * k_full) + 1.0 / (s_full * k_narrow) + 1.0 / (s_full * k_full))
 
 
+def alignment_factor(dims, element_bytes: float, align_bytes: float, misaligned_rate: float):
+    """Share of its curve's rate a GEMM keeps: 1 when every leading dimension in `dims` (elements; d_model, a per-rank
+    width, the vocabulary per TP rank) is a whole number whose bytes fill `align_bytes`-byte vectors, else
+    `misaligned_rate` (calibration gemm_efficiency; NVIDIA's Tensor Core alignment rule, the H100 d_ff sweep in
+    knowledge/measurements/public/matmul_shape_dependence.csv). `align_bytes` 0 (CPU ranks) turns it off. Works on
+    arrays (one entry per candidate plan)."""
+    if align_bytes <= 0:
+        return 1.0
+    ok = True
+    for d in dims:
+        d = np.asarray(d, dtype=float)
+        ok = ok & (np.floor(d) == d) & (np.mod(d * element_bytes, align_bytes) == 0)
+    return np.where(ok, 1.0, misaligned_rate)
+
+
 def layer_flops_split(m: ModelSpec, seq_len: int, ft: Optional[FineTune] = None) -> dict[str, float]:
     """`layer_flops_per_token` split by the GEMMs that do it: attention projections (Q, K, V, O), the MLP
     (dense, shared and routed experts; router and norms ride along), the attention core (scores and values).
