@@ -10,9 +10,10 @@ import pytest
 from gpuadvisor.cli import main
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.launch import build_launch, emit, make_job
-from gpuadvisor.launch.megatron_shape import padded_vocab, shape_differences
+from gpuadvisor.launch.megatron_shape import padded_vocab
 from gpuadvisor.launch.readback import read_config, read_megatron
 from gpuadvisor.schemas import parse_plan
+from gpuadvisor.workload.shapes import shape_differences
 from gpuadvisor.workload.specs import make_workload
 
 PRESET = "hgx-h100-8x"
@@ -104,7 +105,8 @@ def test_a_tokenizer_the_file_does_not_size_takes_the_vocabulary_of_model(tmp_pa
 
 @pytest.mark.parametrize("name,text,says", [
     ("ds.json", '{"train_batch_size": 8}', "ds.json is a DeepSpeed JSON, which does not say the model; pass --model"),
-    ("t.toml", "[training]\nlocal_batch_size = 1\n", "t.toml is a torchtitan job TOML, which does not say the model"),
+    ("t.toml", "[training]\nlocal_batch_size = 1\n", "t.toml has no [model] name and flavor, which would say the "
+                                                      "model; pass --model"),
     ("a.txt", "--micro-batch-size 1 --num-layers 24", "a.txt does not state the model (Megatron's --num-layers, "
                                                       "--hidden-size and --num-attention-heads); pass --model"),
     ("b.txt", MDS + " --normalization BatchNorm", "--normalization must be LayerNorm or RMSNorm"),

@@ -69,9 +69,9 @@ def _fitting_split(rb, cluster, workload) -> None:
             return
 
 
-#: formats that do not state the model (a DeepSpeed JSON, a torchtitan job, an Accelerate YAML)
-_NO_MODEL = {".json": "a DeepSpeed JSON", ".toml": "a torchtitan job TOML", ".yaml": "an Accelerate YAML",
-             ".yml": "an Accelerate YAML"}
+#: formats that do not state the model (a DeepSpeed JSON, an Accelerate YAML); a torchtitan job names its model
+#: ([model] name/flavor), which the read-back knows for the flavors of the bundled presets
+_NO_MODEL = {".json": "a DeepSpeed JSON", ".yaml": "an Accelerate YAML", ".yml": "an Accelerate YAML"}
 
 
 def _model_to_predict(typed: Optional[str], rb, name: str):
@@ -86,7 +86,7 @@ def _model_to_predict(typed: Optional[str], rb, name: str):
     if typed is None:
         rb.notes.extend(rb.model_notes)
         return rb.model
-    from ..launch.megatron_shape import shape_differences
+    from ..workload.shapes import shape_differences
     from ..workload.specs import resolve_model
 
     given = resolve_model(typed)

@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="estimate one plan: step time, tokens/s, memory, traffic, rules")
     p.add_argument("--model", default=None, type=text("--model"),
                    help="model preset or size, e.g. gpt2, 1.5B, or an HF config.json (with --from a Megatron argument "
-                        "file that states the shape, optional: the file's model)")
+                        "file that states the shape or a torchtitan TOML whose [model] flavor is a bundled preset's, "
+                        "optional: the file's model)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--plan", help="e.g. 'dp=2,tp=1,pp=2,zero=1,mb=4,m=8' (nodes/gpn optional)")
     what.add_argument("--from", dest="from_file", metavar="FILE", type=text("--from"),
@@ -91,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                         "torchtitan TOML, Accelerate YAML or Megatron argument file)")
     if args.model is None:
         raise UserError("predict needs --model (a size such as 1.5B, a preset or a config.json); only --from a "
-                        "Megatron argument file that states the shape can leave it out")
+                        "Megatron argument file that states the shape, or a torchtitan TOML of a flavor gpuadvisor "
+                        "knows, can leave it out")
     plan = plan_for_cluster(args.plan, cl)
     settings = {"global_batch": args.global_batch or plan.global_batch()}
     if args.seq_len:

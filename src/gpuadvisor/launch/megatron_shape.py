@@ -24,7 +24,6 @@ from typing import Optional
 from ..errors import UserError, validation_message
 from ..schemas.workload import ModelSpec
 from ..workload.catalog import format_size
-from ..workload.shapes import layer_shape
 from .values import positive_int as _int
 
 #: valued flags this module reads (readback adds them to the flags it knows)
@@ -156,21 +155,3 @@ def _vocab(vals: dict[str, str], tp: int, where: str, notes: list[str]) -> int:
                          "embedding and the LM head); pass --model with the model's config.json for its own")
     divisible = _int(where, "--make-vocab-size-divisible-by", vals.get("--make-vocab-size-divisible-by", "128"))
     return padded_vocab(vocab, divisible, tp)
-
-
-def shape_differences(mine: ModelSpec, other: ModelSpec) -> list[str]:
-    """What sets two transformers' compute and memory apart, as 'field a vs b' (empty when they train alike):
-    the widths, head counts, layers, gating, tied embeddings, experts and a learned position table's length."""
-    a, b = layer_shape(mine), layer_shape(other)
-    pairs = [("layers", mine.n_layers, other.n_layers), ("hidden", a.d_model, b.d_model),
-             ("heads", a.n_heads, b.n_heads), ("key/value heads", a.n_kv_heads, b.n_kv_heads),
-             ("head width", a.head_dim, b.head_dim), ("ffn", a.d_ff, b.d_ff),
-             ("gated MLP", a.gated, b.gated), ("tied embeddings", mine.tied_embeddings, other.tied_embeddings),
-             ("experts", a.n_experts, b.n_experts), ("experts per token", a.experts_per_token, b.experts_per_token),
-             ("expert ffn", a.expert_d_ff if a.moe else 0, b.expert_d_ff if b.moe else 0),
-             ("shared expert ffn", a.shared_d_ff, b.shared_d_ff),
-             ("learned positions", mine.max_seq_len, other.max_seq_len)]
-    def say(v: object) -> str:
-        return ("yes" if v else "no") if isinstance(v, bool) else str(v)
-
-    return [f"{name} {say(x)} vs {say(y)}" for name, x, y in pairs if x != y]

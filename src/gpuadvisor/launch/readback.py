@@ -291,9 +291,37 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     rb.precision = "bf16" if tr.get("mixed_precision_param", "bfloat16") == "bfloat16" else "fp32"
     _torchtitan_fp8(data, rb)
     _torchtitan_compile(data, rb, where)
+    _torchtitan_model(data, rb, where)
     _fsdp_runtime(rb.plan)
     rb.world_size = dp * tp * pp
     return rb
+
+
+def _torchtitan_model(data: dict, rb: ReadBack, where: str) -> None:
+    """[model] name/flavor -> the bundled preset torchtitan's model of that flavor has the shape of
+    (knowledge/models.yaml `torchtitan`); another flavor leaves the model to --model, with the line that says so."""
+    from ..workload.catalog import presets, torchtitan_preset
+    from ..workload.specs import resolve_model
+    from .torchtitan import PLACEHOLDER
+
+    model = data.get("model") or {}
+    name, flavor = str(model.get("name") or "").strip(), str(model.get("flavor") or "").strip()
+    preset = torchtitan_preset(name, flavor) if name and flavor else None
+    if preset is not None:
+        rb.model = resolve_model(preset.key)  # named as --model names it
+        rb.ignored = [x for x in rb.ignored if x != "[model]"]
+        rb.notes.append(f"[model] {name} '{flavor}': torchtitan's flavor of {preset.key}, predicted with its shape")
+        return
+    fix = "pass --model (a preset or the model's config.json)"
+    if not (name and flavor):
+        rb.model_notes.append(f"{where} has no [model] name and flavor, which would say the model; {fix}")
+    elif (name, flavor) == PLACEHOLDER:
+        rb.model_notes.append(f"{where}: [model] still holds the placeholder gpuadvisor writes for a model torchtitan "
+                              f"does not register; {fix}")
+    else:
+        known = ", ".join(f"{p.torchtitan[0]} '{p.torchtitan[1]}'" for p in presets().values() if p.torchtitan)
+        rb.model_notes.append(f"{where}: [model] {name} '{flavor}' is not a torchtitan model gpuadvisor has the shape "
+                              f"of (it knows {known}); {fix}")
 
 
 def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:

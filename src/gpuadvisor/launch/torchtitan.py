@@ -28,20 +28,43 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
   elsewhere) is FSDP without resharding.
 Per-op selective checkpointing (Plan.recompute_ops) is selective_ac_option "op". Extension point: context
 parallel is not a Plan field; add it to `titan_config` when the Plan gains it.
+- [model] name/flavor: the torchtitan model registered with the workload's shape (`flavor_of`: the presets whose
+  knowledge/models.yaml entry names one, matched by shape and vocabulary, so an HF config.json of Llama 3.1 8B
+  gets llama3 "8B" too). A model torchtitan does not register gets PLACEHOLDER, which torchtitan refuses by name
+  at start-up, instead of a flavor that would train another model (its "debugmodel" is 6 layers of width 256).
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from typing import Optional
+
 from ..schemas.plan import Plan
-from ..schemas.workload import Workload
+from ..schemas.workload import ModelSpec, Workload
 
 FILE = "torchtitan.toml"
+#: [model] for a model torchtitan does not register: a name its model registry refuses, saying what to put there
+PLACEHOLDER = ("SET-your-torchtitan-model", "SET-its-flavor")
 
 #: [float8] for precision fp8 (torchtitan/config/job_config.py `Float8` at the commit above; the docstring says why)
 FLOAT8 = {"enable_fsdp_float8_all_gather": False, "precompute_float8_dynamic_scale_for_fsdp": False}
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+
+
+def flavor_of(model: ModelSpec) -> Optional[tuple[str, str]]:
+    """torchtitan's (name, flavor) for `model`: the bundled preset that names one and trains alike (the same
+    layers, widths, heads, experts and vocabulary), else None."""
+    from ..workload.catalog import presets
+    from ..workload.shapes import shape_differences
+
+    if model.kind != "transformer":
+        return None
+    for p in presets().values():
+        if p.torchtitan and p.spec.vocab_size == model.vocab_size and p.spec.qk_norm == model.qk_norm \
+                and not shape_differences(model, p.spec):
+            return p.torchtitan
+    return None
 
 
 def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = False) -> dict[str, dict[str, Any]]:
@@ -80,7 +103,8 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         training["local_batch_size"] = plan.micro_batch_size * plan.num_micro_batches
     else:
         training["local_batch_size"] = plan.micro_batch_size
-    model: dict[str, Any] = {"name": "llama3", "flavor": "debugmodel"}
+    name, flavor = flavor_of(workload.model) or PLACEHOLDER
+    model: dict[str, Any] = {"name": name, "flavor": flavor}
     if fp8:
         model["converters"] = ["float8"]
     sections = {
@@ -128,9 +152,13 @@ def toml_text(sections: dict[str, dict[str, Any]], header: list[str]) -> str:
 
 
 def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) -> str:
-    """The TOML file; model name/flavor are placeholders for the user's torchtitan model."""
+    """The TOML file: [model] names torchtitan's model of the workload's shape, or PLACEHOLDER where it has none."""
+    known = flavor_of(workload.model)
     notes = [marker, f"torchtitan job config for plan {plan.to_string()} ({workload.model.name})",
-             "set [model] name/flavor (and tokenizer) to your torchtitan model; run with",
+             (f"[model] {known[0]} '{known[1]}' is torchtitan's {workload.model.name} shape; point its tokenizer at "
+              "the model's, then run with" if known else
+              f"{workload.model.name} is not a model torchtitan registers: set [model] name/flavor (and tokenizer) "
+              "to your torchtitan model of this shape, then run with"),
              f"  NGPU={plan.devices_per_node} CONFIG_FILE=./{FILE} ./run_train.sh   (torchtitan's launcher)"]
     if workload.training.precision == "fp16":
         notes.append("fp16 asked for: torchtitan trains in bfloat16 or float32 only, bfloat16 written")

@@ -33,6 +33,8 @@ class Preset:
     default_precision: Optional[str] = None
     note: str = ""
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    #: (name, flavor) of the torchtitan model with this shape (its job TOML's [model] section), if torchtitan has one
+    torchtitan: Optional[tuple[str, str]] = None
 
 
 def normalize(name: str) -> str:
@@ -93,7 +95,16 @@ def _build(key: str, entry: dict[str, Any]) -> Preset:
         batch_source=" ".join(str(entry.get("batch_source", "")).split()),
         default_precision=entry.get("default_precision"), note=note,
         aliases=tuple(entry.get("aliases", ())),
+        torchtitan=_torchtitan(key, entry.get("torchtitan")),
     )
+
+
+def _torchtitan(key: str, value: Any) -> Optional[tuple[str, str]]:
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2):
+        raise ValueError(f"models.yaml preset {key}: torchtitan must be [name, flavor], got {value!r}")
+    return str(value[0]), str(value[1])
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,6 +139,11 @@ def lookup(name: str) -> Optional[Preset]:
     """The preset called `name` (or one of its aliases), else None."""
     key = _names().get(normalize(name))
     return presets()[key] if key else None
+
+
+def torchtitan_preset(name: str, flavor: str) -> Optional[Preset]:
+    """The preset torchtitan's model `name` of `flavor` trains ([model] name = "llama3", flavor = "8B"), else None."""
+    return next((p for p in presets().values() if p.torchtitan == (name.strip(), flavor.strip())), None)
 
 
 def preset_names() -> list[str]:
