@@ -34,7 +34,18 @@ def _emit(tmp_path: Path, model) -> Path:
 def test_the_flavors_are_torchtitans():
     assert TITAN == {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
                      "llama-3.1-405b": ("llama3", "405B"), "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
-                     "qwen3-235b-a22b": ("qwen3", "235B-A22B")}
+                     "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+                     **{f"qwen3-{s.lower()}": ("qwen3", s) for s in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")}}
+    # torchtitan's qwen3 dense flavors (models/qwen3 `qwen3_configs`): dim, layers, heads, ffn, weight tying
+    for key, shape in {"qwen3-0.6b": (1024, 28, 16, 3072, True), "qwen3-1.7b": (2048, 28, 16, 6144, True),
+                       "qwen3-4b": (2560, 36, 32, 9728, True), "qwen3-8b": (4096, 36, 32, 12288, False),
+                       "qwen3-14b": (5120, 40, 40, 17408, False), "qwen3-32b": (5120, 64, 64, 25600, False)}.items():
+        s = catalog.presets()[key].spec
+        assert (s.d_model, s.n_layers, s.n_heads, s.d_ff, s.tied_embeddings) == shape, key
+        assert (s.n_kv_heads, s.head_dim, s.vocab_size, s.qk_norm) == (8, 128, 151936, True), key
+    # distinct flavors have distinct shapes, so the writer's match is the flavor's
+    specs = [catalog.presets()[k].spec for k in TITAN]
+    assert all(flavor_of(s) == TITAN[k] for k, s in zip(TITAN, specs))
     # torchtitan's Llama 3 FFN width (models/llama3: compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier))
     for key, multiple_of, mult in (("llama-3.1-8b", 1024, 1.3), ("llama-3.1-70b", 4096, 1.3),
                                    ("llama-3.1-405b", 4096, 1.2)):
@@ -83,9 +94,8 @@ def test_predict_from_a_known_flavor_needs_no_model(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("model,says", [
-    ('name = "qwen3"\nflavor = "8B"', "[model] qwen3 '8B' is not a torchtitan model gpuadvisor has the shape of (it "
-                                      "knows llama3 '8B', llama3 '70B', llama3 '405B', qwen3 '30B-A3B', qwen3 "
-                                      "'235B-A22B'); pass --model"),
+    ('name = "llama4"\nflavor = "17bx16e"', "[model] llama4 '17bx16e' is not a torchtitan model gpuadvisor has the "
+                                           "shape of (it knows llama3 '8B', llama3 '70B', llama3 '405B', qwen3 "),
     ('name = "llama3"', "t.toml has no [model] name and flavor, which would say the model; pass --model"),
     (f'name = "{PLACEHOLDER[0]}"\nflavor = "{PLACEHOLDER[1]}"',
      "[model] still holds the placeholder gpuadvisor writes for a model torchtitan does not register; pass --model"),

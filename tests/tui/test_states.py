@@ -253,3 +253,17 @@ async def test_a_node_with_many_gpus_is_summarised_and_shown_quickly(tmp_path):
         text = text_of(app.screen.query_one("#cluster", Static))
         assert "0-127 (128x)" in text and "links: unknown: 8128 pairs" in text, text
         assert time.monotonic() - t0 < 30
+
+
+def test_the_model_hint_folds_families_and_keeps_every_name():
+    from gpuadvisor.tui.screens.model import compact_names, model_hint
+    from gpuadvisor.workload import catalog
+
+    assert compact_names(["gpt2", "gpt2-medium", "gpt2-xl", "mistral-7b", "gpt3-125m", "gpt3-1.3b", "resnet18"]) == \
+        ["gpt2", "gpt2-{medium,xl}", "mistral-7b", "gpt3-{125m,1.3b}", "resnet18"]
+    hint = model_hint()
+    # every preset can be read back from the hint
+    for name in catalog.preset_names():
+        head, _, tail = name.rpartition("-")
+        assert f"{name}," in hint + "," or (head and f"{head}-{{" in hint and tail in hint), name
+    assert len(hint) < 500  # two lines of a 120-column screen, not five

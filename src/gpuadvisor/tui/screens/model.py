@@ -38,7 +38,21 @@ def model_hint() -> str:
         names = catalog.preset_names()
     except Exception:
         return "a size like 1.5B, a preset name, or a HuggingFace config.json path"
-    return "a size (350M, 1.5B, 7B), a config.json path, or: " + ", ".join(names)
+    return "a size (350M, 1.5B, 7B), a config.json path, or: " + ", ".join(compact_names(names))
+
+
+def compact_names(names: list[str]) -> list[str]:
+    """Neighbouring names of one family folded into braces, so the hint fits a small terminal:
+    ['gpt3-125m', 'gpt3-350m', 'mistral-7b'] -> ['gpt3-{125m,350m}', 'mistral-7b']."""
+    out: list[tuple[str, list[str]]] = []  # (family, sizes); a name without a dash is its own, with no sizes
+    for name in names:
+        head, _, tail = name.rpartition("-")
+        if head and out and out[-1][0] == head and out[-1][1]:
+            out[-1][1].append(tail)
+        else:
+            out.append((head, [tail]) if head else (name, []))
+    return [f"{head}-{{{','.join(tails)}}}" if len(tails) > 1 else (f"{head}-{tails[0]}" if tails else head)
+            for head, tails in out]
 
 
 class ModelScreen(StepScreen):
