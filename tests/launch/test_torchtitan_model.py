@@ -93,6 +93,13 @@ def test_predict_from_a_known_flavor_needs_no_model(tmp_path, capsys):
     assert other["estimate"]["tokens_per_s"] == pytest.approx(data["estimate"]["tokens_per_s"])
 
 
+def test_a_model_key_that_is_not_a_section_is_one_line(tmp_path, capsys):
+    (tmp_path / "t.toml").write_text('model = "llama3"\n[training]\nlocal_batch_size = 1\n')
+    assert main(["predict", "--preset", PRESET, "--from", str(tmp_path / "t.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "t.toml: 'model' is a str, not a section; write its keys under [model]" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("model,says", [
     ('name = "llama4"\nflavor = "17bx16e"', "[model] llama4 '17bx16e' is not a torchtitan model gpuadvisor has the "
                                            "shape of (it knows llama3 '8B', llama3 '70B', llama3 '405B', qwen3 "),

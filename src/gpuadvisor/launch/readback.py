@@ -198,6 +198,9 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     for sec, body in data.items():
         if sec not in _TT_SECTIONS:
             raise _unknown(where, f"[{sec}]", {f"[{s}]" for s in _TT_SECTIONS})
+        if not isinstance(body, dict):
+            raise UserError(f"{where}: '{sec}' is a {type(body).__name__}, not a section; write its keys under "
+                            f"[{sec}]")
         for k in (body or {}):
             if sec in _TT_MODELLED and k not in _TT_MODELLED[sec]:
                 raise _unknown(f"{where} [{sec}]", k, _TT_MODELLED[sec])

@@ -36,9 +36,7 @@ parallel is not a Plan field; add it to `titan_config` when the Plan gains it.
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from typing import Optional
+from typing import Any, Optional
 
 from ..schemas.plan import Plan
 from ..schemas.workload import ModelSpec, Workload
