@@ -111,7 +111,7 @@ def test_confirm_refuses_cudnn_attention_the_bundled_trainers_do_not_run(capsys)
 
 
 def test_confirm_refuses_hf_kernels_the_bundled_trainers_do_not_run(capsys, tmp_path):
-    """--kernels hf prices Hugging Face's op-by-op modules; the bundled trainers run fused nn.RMSNorm: a trial would
+    """--kernels hf prices Hugging Face's op-by-op modules; the bundled trainers run PyTorch's nn.RMSNorm: a trial would
     time the wrong stack. Refused before ranking (CLI) and in the study (a Workload through the API)."""
     from gpuadvisor.api import confirm, make_workload
     from gpuadvisor.cli import main

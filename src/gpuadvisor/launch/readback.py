@@ -201,7 +201,7 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         if not isinstance(body, dict):
             raise UserError(f"{where}: '{sec}' is a {type(body).__name__}, not a section; write its keys under "
                             f"[{sec}]")
-        for k in (body or {}):
+        for k in body:
             if sec in _TT_MODELLED and k not in _TT_MODELLED[sec]:
                 raise _unknown(f"{where} [{sec}]", k, _TT_MODELLED[sec])
         if sec not in _TT_MODELLED:
@@ -323,8 +323,8 @@ def _torchtitan_model(data: dict, rb: ReadBack, where: str) -> None:
                               f"does not register; {fix}")
     else:
         known = ", ".join(f"{p.torchtitan[0]} '{p.torchtitan[1]}'" for p in presets().values() if p.torchtitan)
-        rb.model_notes.append(f"{where}: [model] {name} '{flavor}' is not a torchtitan model gpuadvisor has the shape "
-                              f"of (it knows {known}); {fix}")
+        rb.model_notes.append(f"{where}: [model] {name[:80]} '{flavor[:80]}' is not a torchtitan model gpuadvisor has "
+                              f"the shape of (it knows {known}); {fix}")
 
 
 def _torchtitan_compile(data: dict, rb: ReadBack, where: str) -> None:

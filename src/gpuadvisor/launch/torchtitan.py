@@ -151,7 +151,9 @@ def toml_text(sections: dict[str, dict[str, Any]], header: list[str]) -> str:
 
 def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) -> str:
     """The TOML file: [model] names torchtitan's model of the workload's shape, or PLACEHOLDER where it has none."""
-    known = flavor_of(workload.model)
+    sections = titan_config(plan, workload, steps=steps)
+    named = (sections["model"]["name"], sections["model"]["flavor"])
+    known = named if named != PLACEHOLDER else None
     notes = [marker, f"torchtitan job config for plan {plan.to_string()} ({workload.model.name})",
              (f"[model] {known[0]} '{known[1]}' is torchtitan's {workload.model.name} shape; point its tokenizer at "
               "the model's, then run with" if known else
@@ -177,4 +179,4 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
         notes.append("fsdp_reshard_after_forward = \"default\" (no resharding under PP): torch's pipelining keeps each "
                      "stage's weights and gradients unsharded through the step anyway, so the stage syncs once per step "
                      "and holds ZeRO-1's memory, as predicted")
-    return toml_text(titan_config(plan, workload, steps=steps), notes)
+    return toml_text(sections, notes)

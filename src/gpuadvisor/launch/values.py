@@ -18,5 +18,5 @@ def positive_int(where: str, key: str, v: Any) -> int:
             hint = "; replace \"auto\" by the number"
         elif isinstance(v, str) and v.lstrip("\"'").startswith("$"):
             hint = "; it is a shell variable: give the arguments with their values (e.g. as your script prints them)"
-        raise UserError(f"{where}: '{key}' must be a positive integer, got {v!r}{hint}")
+        raise UserError(f"{where}: '{key}' must be a positive integer, got {repr(v)[:80]}{hint}")
     return v

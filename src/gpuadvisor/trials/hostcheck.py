@@ -117,12 +117,12 @@ def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
     (FlashAttention-2), so their trials would time it against predictions that price cuDNN's faster attention or an
     unfused core's slower one. `core_kernel` (Workload.core_kernel) "eager" on the flash stack is a model with
     attention sinks, which the trainers' SDPA runs without: the same mismatch. `kernels` "hf" prices Hugging Face's
-    op-by-op modeling code, which the trainers' modules (fused nn.RMSNorm) do not run."""
+    op-by-op modeling code, which the trainers' modules (PyTorch's nn.RMSNorm) do not run."""
     refuse_fp8(precision, command)
     if kernels == "hf":
         raise UserError(f"{command}: --kernels hf prices Hugging Face's modeling code, which the bundled trainers do "
-                        "not run (their norms are PyTorch's fused nn.RMSNorm); confirm with --kernels eager, or time "
-                        "your own script with `gpuadvisor predict --from` on its accelerate.yaml")
+                        "not run (their norms are PyTorch's nn.RMSNorm); confirm with --kernels eager, or predict your "
+                        "own script with `gpuadvisor predict --from` its accelerate.yaml")
     if core_kernel == "eager" and attention_kernel == "flash":
         raise UserError(f"{command}: this model's attention sinks cannot be measured by the bundled trainers, whose "
                         "SDPA attention runs without them while the prediction prices the unfused core they need; "
