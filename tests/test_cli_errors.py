@@ -64,6 +64,12 @@ def test_output_into_a_closed_pipe_is_quiet():
     ("dp=8,zero=1,zero_impl=fsdp", "invalid plan 'dp=8,zero=1,zero_impl=fsdp': zero_impl fsdp shards like ZeRO-2/3"),
     # a bad field is named
     ("dp=8,mb=0", "invalid plan 'dp=8,mb=0': micro_batch_size: Input should be greater than or equal to 1"),
+    # optimizer-only offload is stage 3's choice; offload=optimizer already sets it
+    ("dp=8,zero=2,offload=true,offload_param=false", "zero_offload_param=false (optimizer-only offload) is a choice of "
+                                                     "ZeRO-3 with zero_offload"),
+    ("dp=8,zero=3,offload=optimizer,offload_param=true", "plan key 'offload_param' is given twice"),
+    ("dp=8,zero=3,offload_param=false,offload=all", "plan key 'offload_param' is given twice"),
+    ("dp=8,zero=3,offload=cpu", "offload=cpu is not an offload mode; write offload=optimizer"),
 ])
 def test_plan_errors_read_as_the_check_says(plan, says, capsys):
     assert main(["predict", "--model", "1.5B", "--preset", "dgx-a100-8x", "--plan", plan]) != 0

@@ -20,6 +20,11 @@ def test_all_candidates_valid_and_expected_present():
     assert (1, 2, 1, 0, False, 1, 2) in strategies        # TP in a node
     assert (1, 1, 2, 0, False, 2, 1) in strategies        # PP across nodes
     assert (4, 1, 1, 3, True, 2, 2) in strategies         # ZeRO-3 offload on everything
+    # every offload DeepSpeed runs with pure data parallelism: ZeRO-2's (the optimizer), ZeRO-3's optimizer alone
+    # or with the parameters; on one GPU no optimizer-only ZeRO-3 (nothing to shard: ZeRO-2's is the same)
+    offloads = {p.strategy for p in plans if p.zero_offload and p.dp == 4}
+    assert offloads == {"zero2-offload", "zero3-offload-optim", "zero3-offload"}
+    assert {p.strategy for p in plans if p.zero_offload and p.world_size == 1} == {"zero2-offload", "zero3-offload"}
     assert any(p.recompute for p in plans) and any(p.pp_schedule == "interleaved" for p in plans)
     assert all(p.comm_hook == "none" for p in plans)
 
@@ -70,3 +75,32 @@ def test_rows_array_is_the_rows_as_floats():
         assert np.array_equal(rows.array, kept)
         part = rows[10:20]
         assert np.array_equal(_as_array(part), rows.array[10:20])
+
+
+def test_offload_codes_round_trip_between_rows_and_plans():
+    from gpuadvisor.candidates import OFFLOADS, enumerate_rows, row_plan
+    from gpuadvisor.costmodel.engine import plan_row
+
+    cl = load_preset("a6000-4x-pcie")
+    wl = make_workload("gpt2", seq_len=1024, global_batch=16)
+    rows = enumerate_rows(cl, wl)
+    seen = set()
+    for r in rows:
+        p = row_plan(r)
+        assert [float(x) for x in plan_row(p)] == [float(x) for x in r]
+        seen.add((p.zero_stage, OFFLOADS[int(r[4])], p.offloads_params))
+    assert {(2, "optimizer", False), (3, "optimizer", False), (3, "optimizer+params", True)} <= seen
+    # adapters: their optimizer states are tiny, so no optimizer-only offload is proposed
+    lora = enumerate_rows(cl, make_workload("gpt2", seq_len=1024, global_batch=16, finetune="lora"))
+    assert lora and not any(int(r[4]) == 1 for r in lora)
+
+
+def test_offload_words_in_a_plan_text():
+    from gpuadvisor.schemas import parse_plan
+
+    opt = parse_plan("dp=4,zero=3,offload=optimizer,mb=1")
+    assert opt.zero_offload and not opt.offloads_params and opt.strategy == "zero3-offload-optim"
+    assert parse_plan(opt.to_string()) == opt  # to_string writes offload=true,offload_param=false
+    both = parse_plan("dp=4,zero=3,offload=all,mb=1")
+    assert both == parse_plan("dp=4,zero=3,offload=true,mb=1") and both.strategy == "zero3-offload"
+    assert parse_plan("dp=4,zero=2,offload=true").strategy == "zero2-offload"

@@ -22,14 +22,16 @@ pytest.importorskip("torch")
 def emitted_configs() -> dict[str, dict]:
     """The ds_config.json of every ZeRO variant a plan can express on 2 ranks."""
     out = {}
-    for stage, offload, hpz, prec, m in itertools.product((1, 2, 3), (False, True), (1, 2), ("bf16", "fp16", "fp32"),
-                                                          (1, 2)):
-        if hpz > 1 and stage != 3:
+    # offload: none, the optimizer and (at stage 3) the parameters, the optimizer only (stage 3's offload_optimizer
+    # without offload_param)
+    for stage, off, hpz, prec, m in itertools.product((1, 2, 3), ("", "-off", "-offopt"), (1, 2),
+                                                      ("bf16", "fp16", "fp32"), (1, 2)):
+        if (hpz > 1 or off == "-offopt") and stage != 3:
             continue
-        plan = Plan(dp=2, zero_stage=stage, zero_offload=offload, zero_hpz_partition_size=hpz, micro_batch_size=2,
-                    num_micro_batches=m, devices_per_node=2)
+        plan = Plan(dp=2, zero_stage=stage, zero_offload=bool(off), zero_offload_param=off != "-offopt",
+                    zero_hpz_partition_size=hpz, micro_batch_size=2, num_micro_batches=m, devices_per_node=2)
         wl = make_workload("10M", seq_len=64, global_batch=plan.global_batch(), precision=prec)
-        out[f"z{stage}{'-off' if offload else ''}{'-hpz' if hpz > 1 else ''}-{prec}-m{m}"] = deepspeed_config(plan, wl)
+        out[f"z{stage}{off}{'-hpz' if hpz > 1 else ''}-{prec}-m{m}"] = deepspeed_config(plan, wl)
     return out
 
 
@@ -37,6 +39,9 @@ def test_offload_config_accepts_client_optimizer_flags():
     cfg = emitted_configs()["z3-off-bf16-m1"]
     assert cfg["zero_force_ds_cpu_optimizer"] is False and cfg["zero_allow_untested_optimizer"] is True
     assert "offload_param" in cfg["zero_optimization"]
+    only = emitted_configs()["z3-offopt-bf16-m1"]["zero_optimization"]
+    assert "offload_optimizer" in only and "offload_param" not in only
+    assert "offload_param" not in emitted_configs()["z2-off-bf16-m1"]["zero_optimization"]
 
 
 @pytest.mark.slow
@@ -57,4 +62,4 @@ def test_every_emitted_config_initialises_with_deepspeed(tmp_path):
     assert set(results) == set(configs)
     bad = {k: v for k, v in results.items() if v != "ok" and not v.startswith("config-only")}
     assert not bad, bad
-    assert sum(v == "ok" for v in results.values()) == 32  # every non-fp16 variant (of 48) really ran a step
+    assert sum(v == "ok" for v in results.values()) == 40  # every non-fp16 variant (of 60) really ran a step

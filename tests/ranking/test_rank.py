@@ -32,14 +32,19 @@ def test_fits_nowhere_says_what_to_change():
 
 
 def test_fits_nowhere_names_the_adapter_method_that_fits():
-    """Full training of 7B fits nowhere on 2 x 4090 (24 GB, host RAM too small for offload); LoRA does, and the
-    message says so with the plan it ranked. 70B: LoRA's bf16 base is still too big, QLoRA's 4-bit base is not."""
+    """Full training of Llama 3.1 8B fits nowhere on 2 x 4090 (24 GB; 128 GiB of host RAM, 109 usable, too small
+    for even the optimizer's 16 B/param: 120 GiB); LoRA does, and the message says so with the plan it ranked. 70B:
+    LoRA's bf16 base is still too big, QLoRA's 4-bit base is not."""
     cl = load_preset("workstation-2x4090")
-    full = rank(cl, make_workload("7B", seq_len=1024, global_batch=64), top=1)
+    full = rank(cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64), top=1)
     assert full.n_feasible == 0
-    assert "LoRA fits: --finetune lora (API: finetune='lora')" in full.fits_nowhere
-    lora = rank(cl, make_workload("7B", seq_len=1024, global_batch=64, finetune="lora"), top=1)
+    assert "host RAM" in full.fits_nowhere and "LoRA fits: --finetune lora (API: finetune='lora')" in full.fits_nowhere
+    lora = rank(cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64, finetune="lora"), top=1)
     assert lora.top and f"{lora.top[0].tokens_per_s:,.0f} tokens/s" in full.fits_nowhere
+    # 7B fits with the optimizer alone in host RAM (100 GiB), above HOST_TIGHT of the usable: said in a note
+    seven = rank(cl, make_workload("7B", seq_len=1024, global_batch=64), top=1)
+    assert seven.top and seven.top[0].plan.strategy == "zero3-offload-optim"
+    assert any("pins 100 GiB of host RAM" in n and "--finetune lora" in n for n in seven.notes)
     big = rank(cl, make_workload("70B", seq_len=1024, global_batch=64), top=1)
     assert "QLoRA fits: --finetune qlora" in big.fits_nowhere and "--finetune lora " not in big.fits_nowhere
     assert rank(cl, make_workload("70B", seq_len=1024, global_batch=64, finetune="lora"), top=1).n_feasible == 0

@@ -36,6 +36,10 @@ TWO_RANK = {
     "zero2": job(dp=2, zero_stage=2, num_micro_batches=2),
     "zero3": job(dp=2, zero_stage=3, num_micro_batches=2),
     "zero3_offload": job(dp=2, zero_stage=3, zero_offload=True),
+    # the optimizer alone in host RAM (offload_optimizer without offload_param), and ZeRO-2's ZeRO-Offload
+    "zero3_offload_optim_accum": job(dp=2, zero_stage=3, zero_offload=True, zero_offload_param=False,
+                                     num_micro_batches=2),
+    "zero2_offload_accum": job(dp=2, zero_stage=2, zero_offload=True, num_micro_batches=2),
 }
 TIED = TINY.model_copy(update={"tied_embeddings": True})
 TWO_RANK["pp_1f1b_tied"] = job(TIED, pp=2, num_micro_batches=4, pp_schedule="1f1b")

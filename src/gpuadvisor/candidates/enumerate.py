@@ -65,7 +65,9 @@ class SearchSpace:
     allow_tp_across_nodes: bool = False
     allow_comm_hooks: bool = False
     allow_batch_change: bool = False
-    zero_options: Sequence[tuple[int, bool]] = ((0, False), (1, False), (2, False), (3, False), (3, True))
+    # (ZeRO stage, offload code: OFFLOADS): DDP, ZeRO-1/2/3, ZeRO-2 with the optimizer in host RAM (ZeRO-Offload,
+    # Ren et al. 2021), ZeRO-3 with the optimizer only or the parameters too (ZeRO-Infinity's CPU offload)
+    zero_options: Sequence[tuple[int, int]] = ((0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))
     ddp_bucket_mb: Sequence[float] = (25.0, 100.0)
     zero_reduce_buckets: Sequence[int] = (500_000_000, 50_000_000)
     schedules: Sequence[str] = ("1f1b", "gpipe", "interleaved")
@@ -114,6 +116,9 @@ RECOMPUTE_SHARES = (0.0, 1.0, 0.5)
 # the "recompute_attention" column's codes: no selective recompute, the attention core's (Plan.recompute_attention),
 # op-level (Plan.recompute_ops, never enumerated: `predict` and the torchtitan readback price it)
 CORE_RECOMPUTE = (None, "attention", "ops")
+# the "zero_offload" column's codes (Plan.offload_code): nothing in host RAM, the optimizer states (DeepSpeed
+# offload_optimizer), the optimizer and the parameter partition (offload_param too, stage 3)
+OFFLOADS = (None, "optimizer", "optimizer+params")
 # one candidate as a tuple (the batch path's row); enumerate_plans turns rows into validated Plans
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
@@ -128,8 +133,10 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
+    off = int(f["zero_offload"])
     for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
+    f["zero_offload_param"] = not (off == 1 and f["zero_stage"] == 3)  # OFFLOADS: code 1 at stage 3 = optimizer only
     # the column is the core's recompute mode (CORE_RECOMPUTE): none, the attention core's, op-level
     mode = CORE_RECOMPUTE[int(f["recompute_attention"])]
     f["recompute_attention"], f["recompute_ops"] = mode == "attention", mode == "ops"
@@ -300,14 +307,16 @@ def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nod
     knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
     eps = expert_parallel_degrees(wl, dp, tp)
     # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
-    exceed: dict[tuple[int, bool, int], bool] = {}
+    exceed: dict[tuple[int, int, int], bool] = {}
     impls: dict[tuple, int] = {}
     tails: dict[tuple, tuple[list[tuple], int]] = {}  # -> (tail rows, their template in `blocks`)
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
-            if zero and dp == 1 and not off:
-                continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU)
+            if zero and dp == 1 and (not off or (zero == 3 and off == 1)):
+                continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU: ZeRO-2's, or params too)
+            if off == 1 and wl.finetune.adapters:
+                continue  # the adapters' optimizer states are megabytes: offloading them alone saves nothing
             scheds = list(_schedules(pp, m, wl.model.n_layers, sp))
             for ep in eps:
                 if ep > 1 and off:
@@ -371,7 +380,7 @@ def _hybrid_zeros(sp: SearchSpace, pp: int) -> tuple:
     return tuple((z, off) for z, off in sp.zero_options if not off and not (z >= 2 and pp > 1))
 
 
-def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: bool,
+def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zero: int, off: int,
                    ep: int = 1) -> bool:
     """Lower bound: weights + grads + optimizer of one stage's TP shard exceed the device (ZeRO §3.1).
 
@@ -391,7 +400,8 @@ def _states_exceed(wl: Workload, sp: SearchSpace, dp: int, tp: int, pp: int, zer
         from ..workload.shapes import layer_shape
         experts = layer_shape(wl.model).routed_expert_params * wl.model.n_layers
         per = (wl.model.params - experts) / (tp * pp) + experts / (ep * pp)
-    w, g, o, _ = model_state_bytes(per, dp, zero, off, wl.training.precision, wl.training.optimizer)
+    w, g, o, _ = model_state_bytes(per, dp, zero, off > 0, wl.training.precision, wl.training.optimizer,
+                                   offload_param=off >= 2)
     return w + g + o > sp.memory_limit_bytes
 
 

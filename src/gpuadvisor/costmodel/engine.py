@@ -41,7 +41,7 @@ _GB = 1e9
 
 def plan_row(p: Plan) -> tuple:
     """The enumeration row of one Plan (candidates.COLUMNS order; the inverse of candidates.row_plan)."""
-    return (p.dp, p.tp, p.pp, p.zero_stage, int(p.zero_offload), p.micro_batch_size, p.num_micro_batches,
+    return (p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.micro_batch_size, p.num_micro_batches,
             SCHEDULES.index(p.pp_schedule), p.pp_virtual_stages, p.recompute_fraction, int(p.sequence_parallel),
             ORDERS.index(p.mesh_order), p.ddp_bucket_mb, HOOKS.index(p.comm_hook), p.zero_reduce_bucket_size,
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
@@ -231,6 +231,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     a = _as_array(rows)
     b.a = a
     (dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn) = a.T[:18]
+    # the offload code (candidates.OFFLOADS): `off` the optimizer in host RAM, `offp` the parameters too (stage 3)
+    offp = (off >= 2) & (zero >= 3)
     off, sp = off > 0, sp > 0  # rc stays the share of layers that recompute (0, 1/interval, 1)
     agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
     ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
@@ -329,7 +331,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ---- data parallel: DDP / ZeRO-1/2 gradient sync, offload, optimizer ----
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
-    exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, zrb, bucket_mb, hook,
+    exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  (tp > 1) | (pp > 1), (zero >= 3) & (pp > 1),
                                                                  layers, ~fsdp)
@@ -490,6 +492,7 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
+    offp = (off >= 2) & (zero >= 3)  # candidates.OFFLOADS: the parameters in host RAM too
     off, sp = off > 0, sp > 0  # rc: the share of layers that recompute (Plan.recompute_fraction)
     amp = _autocast(ctx, a, fsdp)
     if ctx.transformer:
@@ -531,9 +534,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     # activations)
     freed = (dp == 1) & (pp == 1) & (m == 1) & (zero == 0) & ctx.eager_layers
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
-                 tp, pp, zero, off, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
-    p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, hpz,
-                 zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
+                 tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
+    p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, offp,
+                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -544,13 +547,14 @@ def _sharded(x, exp_frac, dp, edp):
     return np.where(exp_frac > 0, x * ((1.0 - exp_frac) / dp + exp_frac / edp), x / dp)
 
 
-def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, hpz, zrb, bucket_mb, agb,
+def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb,
             exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
-    ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (the
-    parameter partition too with stage 3); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a node-local weight shard.
+    ZeRO-Offload (Ren et al. 2021 §4) keeps fp32 states and the fp32 gradient partition in host RAM (`off`; the
+    parameter partition too with `offp`, stage 3's offload_param); ZeRO++ hpZ (Wang et al. 2023 §3.2) adds a
+    node-local weight shard.
     Buffers: DeepSpeed's reduce bucket (×2, double-buffered) and allgather bucket, or DDP's two bucket copies.
     `exp` of the `train` parameters are routed experts, sharded by ZeRO over edp (_sharded). `fp8_cache`: Transformer
     Engine's FP8 weight copies, counted with the weights; under ZeRO-3 sharded like them (TE scatters a cached
@@ -578,11 +582,13 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     o = np.where(zero >= 1, _sharded(o, f, dp, edp), o)
     g = np.where((zero >= 2) & ((zero < 3) | z3), _sharded(g, f, dp, edp), g)
     w = np.where(z3, _sharded(w, f, dp, edp) + np.where(hpz > 1, wbytes / hpz, 0.0), w)
-    host = np.where(off, o + train * 4.0 / dp + np.where(zero >= 3, wbytes / dp, 0.0), 0.0)
+    host = np.where(off, o + train * 4.0 / dp + np.where(offp, wbytes / dp, 0.0), 0.0)
     # ZeRO-3 offload_param keeps the partition in host RAM: the device holds only the gathered layers (below),
     # as DeepSpeed's estimate_zero3_model_states_mem_needs counts it (offload_param=cpu: largest layer only)
-    w = np.where(off & (zero >= 3) & (hpz == 1), 0.0, w)
-    g = np.where(off & (zero >= 3), 0.0, g)  # gradients stream to host RAM through the reduce bucket (`buf`)
+    w = np.where(offp & (hpz == 1), 0.0, w)
+    # ZeRO-2/3 offload: gradients stream to host RAM through the reduce bucket (`buf`), as DeepSpeed's estimators
+    # count it (stage 2 cpu_offload: the 16-bit parameters only; stage 3 offload_optimizer alone: 2 B/param / N)
+    g = np.where(off & (zero >= 2), 0.0, g)
     o = np.where(off, 0.0, o)
     w = w + np.where(z3, _sharded(fp8_cache, f, dp, edp), fp8_cache)
     zg = ctx.zero_gbytes
@@ -769,7 +775,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
     return (nb - 1) * one + g.allreduce(rest) + nb * ctx.call_s, one
 
 
-def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
+def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
                    exp, edp, megatron, fsdp_stage, layers, deepspeed):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP, ZeRO-1/2 and ZeRO-3
     with PP (synced once per step, `fsdp_stage` below).
@@ -849,8 +855,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, zrb, bucket_mb, hook, 
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
-    # grads down, params up (+ ZeRO-3 fetches of the weight partition, fwd and bwd, per micro-batch)
-    copies = 2 * n_opt * 2 + np.where(zero >= 3, m * 2 * w_dev / dp, 0.0)
+    # grads down, params up (+ with offload_param, ZeRO-3 fetches of the weight partition, fwd and bwd, per
+    # micro-batch; with the optimizer alone offloaded the partition stays on the device)
+    copies = 2 * n_opt * 2 + np.where(offp, m * 2 * w_dev / dp, 0.0)
     offload = np.where(off, cpu_adam + copies / ctx.host_bw, 0.0)
     opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
     return exposed, sent, offload, opt, np.where(off, copies, 0.0)

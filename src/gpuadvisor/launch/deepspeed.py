@@ -75,7 +75,7 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
         zero["zero_hpz_partition_size"] = plan.zero_hpz_partition_size
     if plan.zero_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        if plan.zero_stage == 3:
+        if plan.offloads_params:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     cfg: dict[str, Any] = {
         "train_batch_size": plan.micro_batch_size * plan.num_micro_batches * plan.dp,

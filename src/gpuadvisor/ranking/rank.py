@@ -21,18 +21,20 @@ OBJECTIVES = ("throughput", "memory", "time", "cost")
 
 def _shape(p) -> tuple:
     """Plans that differ only in minor knobs share a shape; the top list shows the best of each."""
-    return (p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.nodes, p.devices_per_node)
+    return (p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.nodes, p.devices_per_node)
 
 
 def complexity(dp: float, tp: float, pp: float, zero: float, offload: float, hpz: float = 1) -> float:
-    """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < ZeRO-3 + offload 6, +2 for
-    each of TP and PP, +1 for hpZ. DeepSpeed's guidance orders speed DDP >= ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload
-    when the model fits (DeepSpeed ZeRO tutorial / config docs). A ZeRO stage is a config switch; TP and PP each
+    """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < ZeRO-3 + offload of the
+    optimizer 6 < of the parameters too 7, +2 for each of TP and PP, +1 for hpZ. `offload` is the offload code
+    (candidates.OFFLOADS: 0 none, 1 optimizer, 2 optimizer and parameters). DeepSpeed's guidance orders speed DDP >=
+    ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload_optimizer >= offload_param when the model fits (DeepSpeed ZeRO tutorial /
+    config docs). A ZeRO stage is a config switch; TP and PP each
     rewrite the model (Megatron layers or DTensor parallelize plans; a split into stages with its schedule) and add a
     dimension to tune and debug (torchtitan enables them one at a time: FSDP first, then TP, then PP), so each
     counts two steps: PP + ZeRO-1 (3) is no simpler than ZeRO-3 (3), and a 2-D hybrid with ZeRO-1 (5) no simpler
     than ZeRO-2 + offload (5)."""
-    return zero + 3.0 * offload + 2.0 * (tp > 1) + 2.0 * (pp > 1) + (hpz > 1)
+    return zero + 3.0 * (offload > 0) + 1.0 * (offload > 1) + 2.0 * (tp > 1) + 2.0 * (pp > 1) + (hpz > 1)
 
 
 def _simpler_margin() -> float:
@@ -105,7 +107,7 @@ def _key(objective: str, e, price: Optional[float], margin: float = 0.0) -> tupl
         return (e.mem.total, -e.tps)
     if objective == "cost":
         return (tight, p.world_size / e.tps)
-    c = complexity(p.dp, p.tp, p.pp, p.zero_stage, p.zero_offload, p.zero_hpz_partition_size)
+    c = complexity(p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.zero_hpz_partition_size)
     return (tight, -e.tps * (1.0 - margin) ** c)
 
 
@@ -159,7 +161,9 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     tops = [est.model_copy(update={"reasons": _reasons(est, ests[i + 1][0] if i + 1 < len(ests) else None,
                                                         objective)})
             for i, (est, _) in enumerate(ests)]
-    fits = None if n_ok else _fits_nowhere(smallest, ctx, n)
+    host_rows = bad[b.reason[bad] == 2]  # out of host RAM: the least any offload plan asks, per node
+    host_need = float(np.min(b.parts["host"][host_rows] * b.a[host_rows, 17])) if len(host_rows) else 0.0
+    fits = None if n_ok else _fits_nowhere(smallest, ctx, n, host_need)
     if fits and workload.finetune.method == "full":
         fits += _adapter_hint(cluster, workload, objective=objective, allow_fewer_devices=allow_fewer_devices,
                               allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
@@ -174,6 +178,10 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
         notes.append(f"host CPU not described for {_names(blind)} (no cpu: in the cluster file): ZeRO-Offload "
                      "plans are priced with CPU Adam on 1 core per node and host RAM is not checked; add "
                      "cpu: {cores: N, ram_gib: M} to the node or probe it")
+    if tops and tops[0].plan.zero_offload and ctx.host_ram:
+        note = _host_tight_note(tops[0], ctx, workload)
+        if note:
+            notes.append(note)
     if n_ok and tops and tops[0].plan.world_size < cluster.num_devices:
         notes.append(f"the best plan uses {tops[0].plan.world_size} of {cluster.num_devices} devices: "
                      "more would be slower on these links")
@@ -220,9 +228,9 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
     gain, what = diffs[0]
     pct = (ta / tb - 1) * 100 if tb else float("inf")
     why = f"less {what}" if gain > 0 else "a similar breakdown"
-    ca = complexity(a.plan.dp, a.plan.tp, a.plan.pp, a.plan.zero_stage, a.plan.zero_offload,
+    ca = complexity(a.plan.dp, a.plan.tp, a.plan.pp, a.plan.zero_stage, a.plan.offload_code,
                     a.plan.zero_hpz_partition_size)
-    cb = complexity(b.plan.dp, b.plan.tp, b.plan.pp, b.plan.zero_stage, b.plan.zero_offload,
+    cb = complexity(b.plan.dp, b.plan.tp, b.plan.pp, b.plan.zero_stage, b.plan.offload_code,
                     b.plan.zero_hpz_partition_size)
     frac_b = b.memory.total / b.memory_capacity_bytes if b.memory_capacity_bytes else 0.0
     if ta < tb and frac_b > MEMORY_TIGHT:
@@ -271,7 +279,25 @@ def _adapter_hint(cluster: Cluster, workload: Workload, **kw: Any) -> str:
     return ""
 
 
-def _fits_nowhere(e, ctx, n: int) -> str:
+#: Host RAM share of the usable above which an offload pick gets a warning: DeepSpeed's own estimators
+#: (estimate_zero2/zero3_model_states_mem_needs) put 1.5x the states' bytes in host RAM (additional_buffer_factor),
+#: for its pinned staging buffers and the model's load, which the cost model does not count.
+HOST_TIGHT = 0.8
+
+
+def _host_tight_note(best, ctx, workload: Workload) -> str:
+    """A warning when the best plan's offloaded states take most of the usable host RAM (HOST_TIGHT)."""
+    need, usable = best.host_memory_bytes, ctx.host_ram * ctx.host_usable
+    if need <= HOST_TIGHT * usable:
+        return ""
+    lora = " or fine-tune with --finetune lora" if workload.finetune.method == "full" else ""
+    return (f"the best plan pins {need / 2**30:.0f} GiB of host RAM per node for its offloaded states, "
+            f"{need / usable:.0%} of the {usable / 2**30:.0f} GiB usable (DeepSpeed's own estimator asks "
+            f"{1.5 * need / 2**30:.0f} GiB with its 1.5x margin); if it fails to allocate host memory at start-up, "
+            f"close other processes, add RAM{lora}")
+
+
+def _fits_nowhere(e, ctx, n: int, host_need: float = 0.0) -> str:
     """The smallest change that would make some plan fit."""
     if e is None and n:
         world = ctx.cluster.num_devices
@@ -284,8 +310,9 @@ def _fits_nowhere(e, ctx, n: int) -> str:
                 "check that the global batch is divisible by the data-parallel degree")
     need, cap = e.mem.total, ctx.mem_cap
     if e.reason and "host" in e.reason:
-        return (f"even ZeRO-3 offload needs {e.mem.host * e.plan.devices_per_node / 2**30:.0f} GiB of host RAM per "
-                f"node, above the {ctx.host_ram * ctx.host_usable / 2**30:.0f} GiB usable of "
+        need = host_need or e.mem.host * e.plan.devices_per_node
+        return (f"even ZeRO-3 offload needs {need / 2**30:.0f} GiB of host RAM per node, above the "
+                f"{ctx.host_ram * ctx.host_usable / 2**30:.0f} GiB usable of "
                 f"{ctx.host_ram / 2**30:.0f} GiB "
                 f"({ctx.host_usable:.0%}: the OS and other processes keep the rest); add host memory or GPUs")
     more = math.ceil(need / cap * e.plan.world_size)

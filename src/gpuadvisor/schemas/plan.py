@@ -35,7 +35,13 @@ class Plan(Frozen):
                                          "the ep ranks are drawn from a stage's tp*dp ranks (Megatron-Core's MoE "
                                          "parallel folding, expert tensor parallelism 1)")
     zero_stage: int = Field(0, ge=0, le=3, description="0 = plain DDP; 1/2/3 = DeepSpeed ZeRO stage")
-    zero_offload: bool = Field(False, description="ZeRO-Offload: optimizer (and params at stage 3) on CPU")
+    zero_offload: bool = Field(False, description="ZeRO-Offload: the optimizer states (and fp32 gradient partition) "
+                               "in host RAM, Adam on the CPU; at stage 3 the parameters too unless "
+                               "zero_offload_param is false")
+    zero_offload_param: bool = Field(True, description="With zero_offload at stage 3: the parameter partition in host "
+                                     "RAM too (DeepSpeed offload_param), fetched every micro-batch; false keeps it on "
+                                     "the device and offloads the optimizer only (offload_optimizer alone). Stages "
+                                     "1/2 offload the optimizer only")
     micro_batch_size: int = Field(1, ge=1, description="Sequences per micro-batch per rank")
     num_micro_batches: int = Field(
         1, ge=1, description="Micro-batches per step per replica: gradient accumulation, or pipeline micro-batches"
@@ -111,6 +117,9 @@ class Plan(Frozen):
             raise ValueError("hpZ (zero_hpz_partition_size > 1) needs pure data parallelism (tp=1, pp=1)")
         if self.zero_offload and not self.zero_stage:
             raise ValueError("zero_offload needs zero_stage >= 1")
+        if not self.zero_offload_param and not (self.zero_offload and self.zero_stage == 3):
+            raise ValueError("zero_offload_param=false (optimizer-only offload) is a choice of ZeRO-3 with "
+                             "zero_offload; at zero=1/2 write offload=true, which offloads the optimizer only")
         if self.zero_impl == "fsdp":
             if self.zero_stage < 2:
                 raise ValueError("zero_impl fsdp shards like ZeRO-2/3 (SHARD_GRAD_OP, FULL_SHARD); use zero_stage 2 "
@@ -159,11 +168,14 @@ class Plan(Frozen):
 
     @property
     def strategy(self) -> str:
-        """Short human label: single, dp, tp, pp, zero1..3, zero3-offload, or a hybrid like tp2xdp2."""
+        """Short human label: single, dp, tp, pp, zero1..3, zero2-offload, zero3-offload (optimizer and parameters),
+        zero3-offload-optim (optimizer only), or a hybrid like tp2xdp2."""
         ep = f"-ep{self.ep}" if self.ep > 1 else ""
+        off = ("-offload" + ("-optim" if self.zero_stage == 3 and not self.offloads_params else "")
+               if self.zero_offload else "")
         if self.world_size == 1:
-            return "single" if not self.zero_stage else f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "")
-        zero = f"zero{self.zero_stage}" + ("-offload" if self.zero_offload else "") if self.zero_stage else ""
+            return "single" if not self.zero_stage else f"zero{self.zero_stage}" + off
+        zero = f"zero{self.zero_stage}" + off if self.zero_stage else ""
         if zero and self.tp == 1 and self.pp == 1:
             return zero + ep
         parts = [(n, d) for n, d in (("tp", self.tp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
@@ -173,6 +185,17 @@ class Plan(Frozen):
         if len(parts) == 1:
             return parts[0][0] + ep
         return "x".join(f"{n}{d}" for n, d in parts) + ep
+
+    @property
+    def offloads_params(self) -> bool:
+        """Whether the parameter partition lives in host RAM (ZeRO-3 offload with zero_offload_param)."""
+        return self.zero_offload and self.zero_stage == 3 and self.zero_offload_param
+
+    @property
+    def offload_code(self) -> int:
+        """The enumeration rows' offload column (candidates.OFFLOADS): 0 none, 1 the optimizer, 2 the optimizer and
+        the parameters."""
+        return int(self.zero_offload) + int(self.offloads_params)
 
     @property
     def zero_runtime(self) -> ZeroImpl:
@@ -212,13 +235,18 @@ class Plan(Frozen):
 
 
 _SHORT = {"zero_stage": "zero", "micro_batch_size": "mb", "num_micro_batches": "m", "devices_per_node": "gpn",
-          "pp_schedule": "schedule", "zero_offload": "offload", "ddp_bucket_mb": "bucket_mb"}
+          "pp_schedule": "schedule", "zero_offload": "offload", "zero_offload_param": "offload_param",
+          "ddp_bucket_mb": "bucket_mb"}
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
 #: recompute=<word> in a plan text (Megatron's --recompute-granularity words): the field it sets
 RECOMPUTE_WORDS = {"full": ("recompute", "true"), "selective": ("recompute_attention", "true"),
                    "op": ("recompute_ops", "true"), "none": ("recompute", "false")}
+
+
+#: offload=<word> in a plan text: what it sets zero_offload_param to (zero_offload true)
+OFFLOAD_WORDS = {"optimizer": "false", "all": "true"}
 
 
 #: what pydantic reads as a boolean from text (its lax bool parsing)
@@ -253,6 +281,17 @@ def parse_plan(text: str, **defaults: object) -> Plan:
         elif k == "recompute" and v.lower() not in _BOOL_WORDS:
             raise ValueError(f"invalid plan '{text}': recompute={v} is not a recompute mode; write recompute=full, "
                              "selective, op or none (or true/false)")
+        if k == "zero_offload" and v.lower() not in OFFLOAD_WORDS and v.lower() not in _BOOL_WORDS:
+            raise ValueError(f"invalid plan '{text}': offload={v[:80]} is not an offload mode; write offload=optimizer "
+                             "(ZeRO-3: the optimizer only), all (the parameters too) or true/false")
+        if k == "zero_offload" and v.lower() in OFFLOAD_WORDS:
+            # DeepSpeed's words: offload_optimizer alone, or offload_optimizer + offload_param (stage 3)
+            if "zero_offload_param" in given:
+                raise ValueError(f"plan key 'offload_param' is given twice in '{text}' (offload={v} sets it); keep "
+                                 "one")
+            given.add("zero_offload_param")
+            fields["zero_offload_param"] = OFFLOAD_WORDS[v.lower()]
+            v = "true"
         if k not in Plan.model_fields:
             known = ", ".join(sorted(set(_SHORT.values()) | set(Plan.model_fields)))
             raise ValueError(f"unknown plan key '{k}'; known keys: {known}")

@@ -274,13 +274,14 @@ class MemoryParts:
 
 
 def model_state_bytes(params: float, dp: int, zero_stage: int, offload: bool, precision: str,
-                      optimizer: str, hpz: int = 1) -> tuple[float, float, float, float]:
+                      optimizer: str, hpz: int = 1, offload_param: bool = True) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, host) bytes on one device for `params` held by its stage/TP shard.
 
     ZeRO §5 (Rajbhandari et al. 2020): P_os shards the optimizer over N_d, P_os+g also gradients,
     P_os+g+p also parameters. ZeRO-Offload (Ren et al. 2021 §4): the fp32 optimizer states and the
-    fp32 gradient partition live in host RAM; with stage 3 the parameter partition too.
+    fp32 gradient partition live in host RAM; with stage 3 and `offload_param` the parameter partition too.
     ZeRO++ hpZ (Wang et al. 2023 §3.2): a secondary copy of the weights sharded inside the node.
+    The engine's `_device` is the batch form of the same counts (tests/costmodel/test_deepspeed_estimators.py).
     """
     wb, gb, ob = state_bytes_per_param(precision, optimizer)
     w, g, o, host = params * wb, params * gb, params * ob, 0.0
@@ -293,12 +294,15 @@ def model_state_bytes(params: float, dp: int, zero_stage: int, offload: bool, pr
     if offload:
         host = o + params * 4.0 / dp  # fp32 states + fp32 gradient partition
         o = 0.0
-        if zero_stage >= 3:
-            # offload_param: the parameter partition lives in host RAM and gradients stream there bucket by bucket,
-            # so the device holds neither (DeepSpeed estimate_zero3_model_states_mem_needs with cpu_offload_params:
-            # gpu_mem = the largest layer only, which the engine adds as the gathered layers)
-            host += params * wb / dp
+        if zero_stage >= 2:
+            # gradients stream to host RAM bucket by bucket (DeepSpeed's estimators: stage 2 with cpu_offload keeps
+            # the 16-bit parameters only, 2 B/param; stage 3 with offload_optimizer alone 2 B/param / N)
             g = 0.0
+        if zero_stage >= 3 and offload_param:
+            # offload_param: the parameter partition lives in host RAM too, so the device holds no weights
+            # (DeepSpeed estimate_zero3_model_states_mem_needs with cpu_offload_params: gpu_mem = the largest layer
+            # only, which the engine adds as the gathered layers)
+            host += params * wb / dp
             w = 0.0 if hpz == 1 else w
     return w, g, o, host
 
