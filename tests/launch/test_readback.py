@@ -17,8 +17,10 @@ PRESET = "a6000-4x-pcie"
 ROUND_TRIP = ["dp=4,mb=2,m=2", "dp=4,zero=1,mb=1,m=4", "dp=4,zero=3,offload=true,mb=2,m=2",
               "dp=2,pp=2,mb=1,m=4", "dp=2,tp=2,mb=2,m=2,recompute=true",
               "dp=2,pp=2,mb=1,m=4,recompute=true,recompute_interval=2", "dp=4,zero=3,mb=2,m=2,recompute=true,recompute_interval=3",
-              "dp=2,tp=2,mb=2,m=2,recompute=selective"]
-FIELDS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches")
+              "dp=2,tp=2,mb=2,m=2,recompute=selective", "dp=4,zero=3,offload=optimizer,mb=2,m=2",
+              "dp=4,zero=2,offload=true,mb=2,m=2"]
+FIELDS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "zero_offload_param", "micro_batch_size",
+          "num_micro_batches")
 
 
 def _emit(tmp_path, spec):
@@ -44,6 +46,10 @@ def test_round_trip(tmp_path, spec, name):
             d["micro_batch_size"] *= d.pop("num_micro_batches")
     if name == "torchtitan.toml" and plan.zero_stage in (1, 2):
         want["zero_stage"] = 2  # torchtitan FSDP without reshard-after-forward: ZeRO-2-like
+    if name == "megatron_args.txt" and plan.zero_stage == 2:
+        want["zero_stage"] = 1  # Megatron's distributed optimizer shards the optimizer states only (ZeRO-1)
+    if name == "torchtitan.toml":
+        want["zero_offload_param"] = True  # enable_cpu_offload: FSDP2's CPUOffloadPolicy moves the parameters too
     assert have == want
     # ds_config.json has no recompute, nor does accelerate.yaml on its DeepSpeed path (the script's
     # gradient_checkpointing holds it)

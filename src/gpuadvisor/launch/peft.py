@@ -56,8 +56,9 @@ def unsupported(plan: Plan, workload: Workload) -> Optional[str]:
 
 
 def backend(plan: Plan) -> str:
-    """'fsdp' (ZeRO-3 without hpZ), 'deepspeed' (ZeRO-1/2, ZeRO-3 with hpZ), 'ddp' or 'single'."""
-    if plan.zero_stage == 3 and plan.zero_hpz_partition_size == 1:
+    """'fsdp' (ZeRO-3 without hpZ), 'deepspeed' (ZeRO-1/2, ZeRO-3 with hpZ or with the optimizer alone offloaded:
+    FSDP's CPUOffload moves the parameters too), 'ddp' or 'single'."""
+    if plan.zero_stage == 3 and plan.zero_hpz_partition_size == 1 and (plan.offloads_params or not plan.zero_offload):
         return "fsdp"
     if plan.zero_stage:
         return "deepspeed"

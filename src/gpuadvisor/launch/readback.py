@@ -116,6 +116,8 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
         rb.plan["offload"] = True
         if stage == 3 and off == ["offload_param"]:
             rb.notes.append("offload_param without offload_optimizer is modelled as ZeRO-Offload of both")
+        elif stage == 3 and off == ["offload_optimizer"]:
+            rb.plan["offload_param"] = False  # the parameter partition stays on the device
     if "reduce_bucket_size" in z:
         rb.plan["zero_reduce_bucket_size"] = int(float(z["reduce_bucket_size"]))
     bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")
@@ -413,6 +415,8 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
             plan["zero"] = int(ds.get("zero_stage", 2))
             if ds.get("offload_optimizer_device", "none") not in ("none", None) and plan["zero"]:
                 plan["offload"] = True
+                if plan["zero"] == 3 and ds.get("offload_param_device", "none") in ("none", None):
+                    plan["offload_param"] = False  # the optimizer alone in host RAM
             plan["m"] = _int(where, "gradient_accumulation_steps", ds.get("gradient_accumulation_steps", 1))
             m_in_file = "gradient_accumulation_steps" in ds
         elif kind == "FSDP":
@@ -658,6 +662,8 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     if "--optimizer-cpu-offload" in switches and rb.plan.get("zero"):
         if tp == 1 and pp == 1:
             rb.plan["offload"] = True
+            if rb.plan["zero"] == 3:
+                rb.plan["offload_param"] = False  # Megatron offloads the optimizer only; FSDP2 keeps the parameters
         else:
             rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
@@ -781,8 +787,9 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     js = int(ds.plan.get("zero", 0))
     if stage_arg is not None and js != stage:
         rb.notes.append(f"--zero-stage {stage} but {found.name} says stage {js}: DeepSpeed follows the JSON")
-    for key in ("offload", "zero_reduce_bucket_size", "zero_allgather_bucket_size", "zero_overlap_comm",
-                "zero_hpz_partition_size"):
+    rb.plan.pop("offload_param", None)  # DeepSpeed's JSON says what is offloaded, not --optimizer-cpu-offload
+    for key in ("offload", "offload_param", "zero_reduce_bucket_size", "zero_allgather_bucket_size",
+                "zero_overlap_comm", "zero_hpz_partition_size"):
         if key in ds.plan:
             rb.plan[key] = ds.plan[key]
     if ds.precision and ds.precision != rb.precision:

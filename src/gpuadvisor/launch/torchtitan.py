@@ -175,6 +175,10 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
     if plan.zero_stage and (plan.tp > 1 or plan.pp > 1):
         notes.append(f"ZeRO-{plan.zero_stage} with tp={plan.tp}, pp={plan.pp}: FSDP2 over dp={plan.dp} "
                      "beside TP/PP (torchtitan's 2D/3D parallelism)")
+    if plan.zero_offload and not plan.offloads_params:
+        notes.append("enable_cpu_offload is FSDP2's CPUOffloadPolicy, which moves the parameters and gradients to host "
+                     "RAM too: slower than this plan, which offloads the optimizer only (ds_config.json runs it as "
+                     "predicted)")
     if plan.zero_stage == 3 and plan.pp > 1:
         notes.append("fsdp_reshard_after_forward = \"default\" (no resharding under PP): torch's pipelining keeps each "
                      "stage's weights and gradients unsharded through the step anyway, so the stage syncs once per step "
