@@ -76,18 +76,20 @@ def test_deepspeed_azure_time_comes_from_the_posts_flop_formula(runs):
     assert zpp.tflops_per_gpu and zpp.measured_iter_time_s is None
 
 
-def test_deepspeed_azure_rows_map_under_the_optimizer_offload_approximation(runs):
+def test_deepspeed_azure_rows_offload_the_optimizer_only_and_approximate_the_activation_offload(runs):
     r = _find(runs, source_id="deepspeed_azure_2022", model_name="GPT 175B", gpus=256, seq_len=1024, micro_batch=4)
     with pytest.raises(Unsupported) as err:
         to_inputs(r)
-    assert err.value.reasons == ("ZeRO-3 offloading only the optimizer states",)
-    inp = to_inputs(r, approximate=["offload-optimizer"])
+    assert err.value.reasons == ("activation checkpoints offloaded to host RAM",)
+    inp = to_inputs(r, approximate=["offload-activations"])
     p, m = inp.plan, inp.workload.model
     assert (p.dp, p.zero_stage, p.zero_offload, p.micro_batch_size, p.num_micro_batches) == (256, 3, True, 4, 1)
+    # "ZeRO-3 + CPU offload (optimizer states, activations)": the parameter partition stays on the GPUs
+    assert not p.offloads_params and p.strategy == "zero3-offload-optim"
     assert p.zero_runtime == "deepspeed"  # DeepSpeed's own ZeRO-3, priced with its per-rank host bookkeeping
     assert (m.d_ff, m.vocab_size, m.mlp, m.n_layers) == (4 * 12288, 50257, "gelu", 96)
     assert any(n.startswith("MLP width not stated") for n in inp.assumptions)
-    assert any(n.startswith("approximation offload-optimizer") for n in inp.assumptions)
+    assert any(n.startswith("approximation offload-activations") for n in inp.assumptions)
     node = inp.cluster.nodes[0]
     assert (node.cpu.cores, len(inp.cluster.nodes), len(node.devices)) == (96, 32, 8)
     assert node.cpu.ram_bytes == 1900 * 2 ** 30

@@ -39,9 +39,8 @@ LIMITS: dict[str, str] = {
     "selective-recompute": "selective recompute of an unstated fraction of blocks (fms-fsdp) -> that fraction from "
                            "the row's HFU/MFU (1 + fraction/3), every k-th block, else none",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
-    "offload-optimizer": "ZeRO-3 with only the optimizer states (and activation checkpoints) in host RAM -> the Plan's "
-                         "ZeRO-Offload, which at stage 3 offloads the parameters too (their per-micro-batch host "
-                         "copies are priced, the activation-checkpoint copies are not)",
+    "offload-activations": "activation checkpoints in host RAM (DeepSpeed's cpu_checkpointing) -> on the device: "
+                           "their host copies are not priced, and the device holds them",
     "network-unstated": "inter-node network not stated -> the GPU generation's DGX SuperPOD compute fabric, one "
                         "rail per GPU: 200 Gb/s HDR InfiniBand for A100, 400 Gb/s NDR for H100, H200 and B200",
     "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
@@ -428,8 +427,10 @@ def degrees_of(run: PublicRun) -> tuple[int, int, int]:
 
 
 def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collection[str],
-                notes: list[str]) -> tuple[int, bool]:
-    """(ZeRO stage, offload): FSDP FULL_SHARD/FSDP2 = ZeRO-3, SHARD_GRAD_OP = ZeRO-2, DDP = 0."""
+                notes: list[str]) -> tuple[int, int]:
+    """(ZeRO stage, offload code: candidates.OFFLOADS): FSDP FULL_SHARD/FSDP2 = ZeRO-3, SHARD_GRAD_OP = ZeRO-2, DDP
+    = 0; offload of the optimizer states alone (1) or, at stage 3 unless the row says optimizer states only, of the
+    parameters too (2)."""
     fsdp = run.fsdp_mode
     stage = 0
     m = re.match(r"\s*(\d)", run.zero_stage)
@@ -454,10 +455,13 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
         notes.append("distributed optimizer (ZeRO-1): the NeMo / Megatron-Bridge recipes' default")
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
-    if offload and stage == 3 and re.search(r"offload \(optimizer states(, activations)?\)", opts):
-        _limit("offload-optimizer", "ZeRO-3 offloading only the optimizer states", approximate, notes)
+    only = re.search(r"offload \(optimizer states(, activations)?\)", opts)
+    if offload and only and only.group(1):
+        _limit("offload-activations", "activation checkpoints offloaded to host RAM", approximate, notes)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
-    return stage, offload and stage > 0 and tp == 1 and pp == 1
+    if not (offload and stage > 0 and tp == 1 and pp == 1):
+        return stage, 0
+    return stage, 2 if stage == 3 and not only else 1
 
 
 def zero_impl_of(run: PublicRun, stage: int) -> Optional[str]:
@@ -555,7 +559,7 @@ def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[
 
 
 def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int, int],
-            sharding: tuple[int, bool], batch: tuple[int, int], recompute: float, notes: list[str]) -> Plan:
+            sharding: tuple[int, int], batch: tuple[int, int], recompute: float, notes: list[str]) -> Plan:
     """The Plan from the mapped pieces; Unsupported if Plan refuses the combination."""
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
     vpp = titan_stages_per_rank(run)
@@ -573,8 +577,9 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
         notes.append("TP communication overlapped with GEMMs: the NeMo / Megatron-Bridge Llama 3 recipes' "
                      "CommOverlapConfig(tp_comm_overlap=True)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero, zero_offload=offload,
-                    micro_batch_size=mb, num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
+        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
+                    zero_offload=offload > 0, zero_offload_param=not (offload == 1 and zero == 3), micro_batch_size=mb,
+                    num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else
                                               Plan.recompute_fields(recompute)),
                     sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))
