@@ -283,3 +283,46 @@ def test_megatron_gradient_sync_overlaps_only_when_asked(tmp_path):
                                                   "zero_optimization": {"stage": 0, "overlap_comm": True}}))
     rb = read_config(tmp_path / "ds.json", world=4, global_batch=8)
     assert rb.plan["zero_overlap_comm"] is False and any("ZeRO stage 0" in n for n in rb.notes)
+
+
+def _plan_of(rb, world=4):
+    return parse_plan(rb.spec() if "dp" in rb.plan else f"dp={world},{rb.spec()}", nodes=1, devices_per_node=world)
+
+
+def test_offload_reads_back_as_what_it_moves(tmp_path):
+    """offload_optimizer alone at stage 3 keeps the parameters on the GPUs; offload_param too moves them; Megatron's
+    --optimizer-cpu-offload beside FSDP2 offloads the optimizer only; Accelerate's plugin says it with devices."""
+    opt = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    (tmp_path / "a.json").write_text(json.dumps(opt))
+    got = _plan_of(read_config(tmp_path / "a.json", world=4, global_batch=8))
+    assert got.strategy == "zero3-offload-optim" and not got.offloads_params
+    opt["zero_optimization"]["offload_param"] = {"device": "cpu"}
+    (tmp_path / "b.json").write_text(json.dumps(opt))
+    assert _plan_of(read_config(tmp_path / "b.json", world=4, global_batch=8)).offloads_params
+    (tmp_path / "c.json").write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                                                 "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    assert _plan_of(read_config(tmp_path / "c.json", world=4, global_batch=8)).strategy == "zero2-offload"
+    (tmp_path / "m.txt").write_text("--use-torch-fsdp2 --optimizer-cpu-offload --use-precision-aware-optimizer "
+                                    "--micro-batch-size 2 --global-batch-size 8 --bf16")
+    got = _plan_of(read_config(tmp_path / "m.txt", world=4, global_batch=8))
+    assert got.zero_stage == 3 and got.zero_offload and not got.offloads_params
+    (tmp_path / "acc.yaml").write_text(
+        "distributed_type: DEEPSPEED\nnum_processes: 4\ndeepspeed_config:\n  zero_stage: 3\n"
+        "  offload_optimizer_device: cpu\n  offload_param_device: none\n  gradient_accumulation_steps: 1\n")
+    got = _plan_of(read_config(tmp_path / "acc.yaml", world=4, global_batch=8))
+    assert got.strategy == "zero3-offload-optim"
+
+
+def test_optimizer_only_offload_hand_over(tmp_path):
+    """The DeepSpeed JSON writes offload_optimizer without offload_param; torchtitan.toml's enable_cpu_offload (FSDP2's
+    CPUOffloadPolicy, the parameters too) says it is slower; a LoRA plan of it goes to DeepSpeed, not FSDP."""
+    _emit(tmp_path, "dp=4,zero=3,offload=optimizer,mb=2,m=2")
+    zero = json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"]
+    assert "offload_optimizer" in zero and "offload_param" not in zero
+    toml = (tmp_path / "torchtitan.toml").read_text()
+    assert "enable_cpu_offload = true" in toml and "moves the parameters and gradients to host RAM too" in toml
+    from gpuadvisor.launch.peft import backend
+
+    assert backend(parse_plan("dp=4,zero=3,offload=optimizer")) == "deepspeed"
+    assert backend(parse_plan("dp=4,zero=3,offload=true")) == "fsdp"
