@@ -133,10 +133,9 @@ def row_plan(row: Sequence) -> Plan:
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
         f[k] = int(f[k])
-    off = int(f["zero_offload"])
-    for k in ("zero_offload", "sequence_parallel", "tp_comm_overlap"):
+    f.update(Plan.offload_fields(int(f["zero_offload"]), f["zero_stage"]))  # the column is Plan.offload_code
+    for k in ("sequence_parallel", "tp_comm_overlap"):
         f[k] = bool(f[k])
-    f["zero_offload_param"] = not (off == 1 and f["zero_stage"] == 3)  # OFFLOADS: code 1 at stage 3 = optimizer only
     # the column is the core's recompute mode (CORE_RECOMPUTE): none, the attention core's, op-level
     mode = CORE_RECOMPUTE[int(f["recompute_attention"])]
     f["recompute_attention"], f["recompute_ops"] = mode == "attention", mode == "ops"

@@ -578,8 +578,8 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
                      "CommOverlapConfig(tp_comm_overlap=True)")
     try:
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
-                    zero_offload=offload > 0, zero_offload_param=not (offload == 1 and zero == 3), micro_batch_size=mb,
-                    num_micro_batches=m, pp_schedule="interleaved" if vpp > 1 else "1f1b",
+                    **Plan.offload_fields(offload, zero), micro_batch_size=mb, num_micro_batches=m,
+                    pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else
                                               Plan.recompute_fields(recompute)),
                     sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))

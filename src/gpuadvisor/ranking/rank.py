@@ -161,9 +161,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     tops = [est.model_copy(update={"reasons": _reasons(est, ests[i + 1][0] if i + 1 < len(ests) else None,
                                                         objective)})
             for i, (est, _) in enumerate(ests)]
-    host_rows = bad[b.reason[bad] == 2]  # out of host RAM: the least any offload plan asks, per node
-    host_need = float(np.min(b.parts["host"][host_rows] * b.a[host_rows, 17])) if len(host_rows) else 0.0
-    fits = None if n_ok else _fits_nowhere(smallest, ctx, n, host_need)
+    fits = None if n_ok else _fits_nowhere(smallest, ctx, n, _least_host_need(b, bad))
     if fits and workload.finetune.method == "full":
         fits += _adapter_hint(cluster, workload, objective=objective, allow_fewer_devices=allow_fewer_devices,
                               allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
@@ -295,6 +293,12 @@ def _host_tight_note(best, ctx, workload: Workload) -> str:
             f"{need / usable:.0%} of the {usable / 2**30:.0f} GiB usable (DeepSpeed's own estimator asks "
             f"{1.5 * need / 2**30:.0f} GiB with its 1.5x margin); if it fails to allocate host memory at start-up, "
             f"close other processes, add RAM{lora}")
+
+
+def _least_host_need(b, bad: np.ndarray) -> float:
+    """The least host RAM per node any plan out of host memory (fitting its devices) asks, 0 without such plans."""
+    rows = bad[b.reason[bad] == 2]
+    return float(np.min(b.parts["host"][rows] * b.a[rows, COLUMNS.index("devices_per_node")])) if len(rows) else 0.0
 
 
 def _fits_nowhere(e, ctx, n: int, host_need: float = 0.0) -> str:

@@ -215,6 +215,12 @@ class Plan(Frozen):
         0 -> none, 1 -> every layer, 1/k -> every k-th layer."""
         return {"recompute": share > 0, "recompute_interval": int(round(1.0 / share)) if share > 0 else 1}
 
+    @staticmethod
+    def offload_fields(code: int, zero_stage: int) -> dict[str, Any]:
+        """The offload fields for an offload code (the inverse of offload_code): 0 none, 1 the optimizer (at stage 3
+        without the parameters), 2 the optimizer and the parameters."""
+        return {"zero_offload": code > 0, "zero_offload_param": not (code == 1 and zero_stage == 3)}
+
     def per_replica_batch(self) -> int:
         """Sequences one data-parallel replica handles per optimizer step."""
         return self.micro_batch_size * self.num_micro_batches
