@@ -51,16 +51,17 @@ def _tps_per_gpu(model: str, nodes: int, mb: int, impl):
 
 def test_deepspeed_zero3_turns_host_bound_as_ranks_grow_where_fsdp_does_not():
     """GPT-2 XL (1.5B, 48 layers of 16 tensors) at 4 sequences per GPU: on one node DeepSpeed's bookkeeping hides
-    behind the device work, and only its Linear-by-Linear gathers (above the live-parameter cap) cost it a little;
-    GPT-3 760M, under the cap, runs as FSDP does. At 32 nodes the bookkeeping outlasts the device work and
-    DeepSpeed's per-GPU throughput falls, FSDP's holds."""
+    behind the device work, and its Linear-by-Linear gathers (above the live-parameter cap) cost it a little more
+    than the backward gathers its reuse distance saves; GPT-3 760M, under the distance, gathers only in its forward
+    and runs a little faster than FSDP. From 8 to 32 nodes the bookkeeping outlasts the device work and DeepSpeed's
+    per-GPU throughput falls with every doubling, FSDP's holds."""
     one = {impl: _tps_per_gpu("1.5B", 1, 4, impl) for impl in ("deepspeed", "fsdp")}
-    assert 0.95 < one["deepspeed"] / one["fsdp"] < 1.0  # 0.977: five more in-node collectives per layer gather
+    assert 0.98 < one["deepspeed"] / one["fsdp"] < 1.0  # 0.991
     small = {impl: _tps_per_gpu("gpt3-760m", 1, 4, impl) for impl in ("deepspeed", "fsdp")}
-    assert small["deepspeed"] == pytest.approx(small["fsdp"], rel=1e-9)
+    assert 1.0 < small["deepspeed"] / small["fsdp"] < 1.03  # 1.009: no backward gathers
     ds = [_tps_per_gpu("1.5B", k, 4, "deepspeed") for k in (8, 16, 32)]
     fs = [_tps_per_gpu("1.5B", k, 4, "fsdp") for k in (8, 16, 32)]
-    assert ds[2] < 0.6 * ds[1] < 0.6 * ds[0]               # host-bound: halving per doubling at the end
+    assert ds[2] < 0.7 * ds[1] and ds[1] < 0.8 * ds[0]     # host-bound: 0.77, then 0.67 per doubling
     assert fs[2] > 0.85 * fs[0] and all(d <= f * (1 + 1e-9) for d, f in zip(ds, fs))
 
 
@@ -103,8 +104,10 @@ def test_suggest_gives_zero3_across_nodes_to_fsdp_where_the_trainer_runs_it():
 def test_deepspeed_gathers_each_linear_above_its_live_parameter_cap(name, modules):
     """GPT-2: Q, K, V, O and 2 MLP Linears; Llama: + a third (gated) MLP Linear; Mixtral: the router and 8 experts of
     3. Above DeepSpeed's 1e9-element live-parameter cap each costs a collective (one ring latency and call more per
-    Linear than FSDP's one per block, same bytes); norms stay resident (stage3_param_persistence_threshold)."""
-    from gpuadvisor.schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS
+    Linear than FSDP's one per block); norms stay resident (stage3_param_persistence_threshold). The bytes differ by
+    the backward gathers DeepSpeed's reuse distance saves: the forward's last 1e9 elements, the LM head's and the
+    layers after it, stay gathered into the backward (FSDP re-gathers every layer)."""
+    from gpuadvisor.schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE
     wl = make_workload(name, seq_len=1024, global_batch=8)
     assert layer_shape(wl.model).gathered_modules() == modules
     assert wl.model.params > DEEPSPEED_MAX_LIVE_PARAMETERS
@@ -112,7 +115,10 @@ def test_deepspeed_gathers_each_linear_above_its_live_parameter_cap(name, module
     plans = {impl: Plan(dp=16, zero_stage=3, micro_batch_size=1, num_micro_batches=4, nodes=2, devices_per_node=8,
                         zero_impl=impl) for impl in ("deepspeed", "fsdp")}
     ev = {impl: evaluate(p, ctx) for impl, p in plans.items()}
-    assert sum(ev["deepspeed"].link_bytes.values()) == pytest.approx(sum(ev["fsdp"].link_bytes.values()), rel=1e-9)
+    kept = min(ctx.L, (DEEPSPEED_MAX_REUSE_DISTANCE - ctx.p_head) / ctx.p_layer)
+    saved = 4 * kept * ctx.w_layer_bytes * 15 / 16  # 4 micro-batches, a ring of 16
+    assert 0 < kept < ctx.L
+    assert sum(ev["fsdp"].link_bytes.values()) - sum(ev["deepspeed"].link_bytes.values()) == pytest.approx(saved)
     assert ctx.ds_gathers_per_layer == modules
     assert ev["deepspeed"].step_s > ev["fsdp"].step_s
     under = make_context(apply_what_if(load_preset("dgx-a100-8x-4nodes-ib-hdr"), "gpus=2x8"),

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..candidates.enumerate import CORE_RECOMPUTE, HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
-from ..schemas.plan import fsdp_by_default
+from ..schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE, fsdp_by_default
 from .analytical import Context
 from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
@@ -300,11 +300,13 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
+    # (DeepSpeed keeps its last gathers into the backward and its replayed gathers for the layer's backward: _ds_reuse)
+    kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rcx, layers, t_layer, t_head, e_shard,
-                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer))
+                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer), kept, replay)
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
     # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
-    ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, rc, layers, zrb), 0.0)
+    ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, layers, zrb, kept, replay), 0.0)
     z3_mb = z3_mb + np.maximum(0.0, ds_host - (layers * t_layer + t_head + z3_mb))
 
     # ---- pipeline (pipeline.py): P2P of b·s·h/t per micro-batch per boundary, fwd and bwd ----
@@ -533,10 +535,18 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     # (measured on one H200: the 1.5B at micro-batch 4 and 16 peaked 5.8 GiB, its fp32 gradients, under w + g + o +
     # activations)
     freed = (dp == 1) & (pp == 1) & (m == 1) & (zero == 0) & ctx.eager_layers
+    # DeepSpeed ZeRO-3 still holds the forward's last gathers when the backward starts (_ds_reuse): the LM head and
+    # the layers they fill up to stage3_max_reuse_distance (~2 GB of 16-bit weights, the figure Hugging Face's
+    # DeepSpeed guide gives for the 1e9 default)
+    kept, _ = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
+    held = np.where(fsdp, 0.0, kept * _layer_bytes(ctx, tp, e_shard)
+                    + (np.minimum(ctx.p_head / tp, DEEPSPEED_MAX_REUSE_DISTANCE) * ctx.weight_bytes
+                       if ctx.transformer else 0.0))
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
-                 tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
+                 tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp,
+                 held)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, offp,
-                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp)
+                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -548,7 +558,7 @@ def _sharded(x, exp_frac, dp, edp):
 
 
 def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb,
-            exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False) -> dict:
+            exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False, held=0.0) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
@@ -566,7 +576,8 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     autocast's 16-bit weight copies; on the H200 it is the 2.7B-with-recompute row's peak (49.9 GiB measured,
     49.4 so counted: fp32 weights, gradients, Adam's two states and the temporary). The peak is the larger of the
     backward's start and that step; `gradients` is reported as what gradients and the step add beyond the
-    activations, so the parts sum to the peak.
+    activations, so the parts sum to the peak. `held`: gathered ZeRO-3 weights DeepSpeed keeps into the backward
+    (_memory), counted where they exceed FSDP's two gathered layers.
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
@@ -593,7 +604,7 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     w = w + np.where(z3, _sharded(fp8_cache, f, dp, edp), fp8_cache)
     zg = ctx.zero_gbytes
     # ZeRO-3 / FSDP also holds the gathered weights of the layer being computed and the prefetched next one
-    gathered = np.where(z3, 2.0 * _layer_bytes(ctx, tp, e_shard), 0.0) if ctx.transformer else 0.0
+    gathered = np.where(z3, np.maximum(2.0 * _layer_bytes(ctx, tp, e_shard), held), 0.0) if ctx.transformer else 0.0
     # DeepSpeed's reduce bucket fills with what trains (the adapters with LoRA)
     # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
     buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
@@ -698,8 +709,28 @@ def _layer_bytes(ctx: Context, tp, e_shard):
     return ctx.w_layer_bytes / tp + ctx.p_layer_exp * ctx.weight_bytes * (1.0 / e_shard - 1.0 / tp)
 
 
+def _ds_reuse(ctx: Context, tp, e_shard, layers, rc, fsdp) -> tuple[np.ndarray, np.ndarray]:
+    """(layers whose forward gather DeepSpeed ZeRO-3 keeps into their backward, share of a layer its backward
+    gathers again after the recompute replay gathered it) per row; (0, 0) on FSDP, which re-gathers every layer
+    once in the backward (FSDP2's pre-backward unshard serves the checkpoint's replay too).
+
+    DeepSpeed releases a gathered parameter only when its next use is more than stage3_max_reuse_distance elements
+    away in the recorded module trace (schemas.plan.DEEPSPEED_MAX_REUSE_DISTANCE): the forward's last 1e9 elements
+    (the LM head, then the last layers) are still gathered when the backward starts, so those layers' backward
+    gathers nothing, and a model under 1e9 elements gathers only in its forward. The replay and the backward of a
+    layer share its gather unless half the layer's shard exceeds the distance (Context.ds_replay_regather)."""
+    if not ctx.transformer:
+        whole = np.where(ctx.p_layer / tp <= DEEPSPEED_MAX_REUSE_DISTANCE, 1.0, 0.0)
+        return np.where(fsdp, 0.0, whole * np.ones_like(layers)), np.zeros_like(layers)
+    numel = ctx.p_layer / tp + ctx.p_layer_exp * (1.0 / e_shard - 1.0 / tp)  # one layer's gathered elements
+    room = np.maximum(0.0, DEEPSPEED_MAX_REUSE_DISTANCE - ctx.p_head / tp)
+    kept = np.minimum(layers, room / np.maximum(numel, 1.0))
+    replay = rc * ctx.ds_replay_regather(tp)
+    return np.where(fsdp, 0.0, kept), np.where(fsdp, 0.0, replay)
+
+
 def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
-                          gathers=1.0):
+                          gathers=1.0, kept=0.0, replay=0.0):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -712,7 +743,9 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links). `gathers`:
     collectives a layer's gather takes (FSDP one per block; DeepSpeed one per Linear above its live-parameter cap,
     schemas.plan.DEEPSPEED_MAX_LIVE_PARAMETERS, Context.ds_gathers_per_layer): the same bytes, each further
-    collective one more ring latency and call.
+    collective one more ring latency and call. `kept` of the layers (the forward's last) are still gathered when
+    the backward reaches them, and `replay` is the share of a layer gathered again after its recompute replay
+    (_ds_reuse: DeepSpeed's reuse distance; FSDP 0 and 0).
     """
     if not ctx.transformer:
         layers = np.ones_like(dp)
@@ -731,23 +764,29 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     ends = (ctx.p_emb + ctx.p_head) / tp * ctx.weight_bytes if ctx.transformer else 0.0
     # gather fwd + bwd and reduce-scatter of embedding/head (frozen with adapters: no reduce-scatter)
     t_ends = 2.0 * g.rs(ends) + (0.0 if ctx.adapters else g.rs(ends))
+    # the backward starts with the layers it kept (their gradients' reduce-scatter only), then re-gathers the rest
+    k = np.minimum(kept, layers - 1.0)
+    ag_re = ag_bwd * (1.0 + replay)
     fwd_exp = (layers - 1) * np.maximum(0.0, ag - t_f) + ag
-    bwd_exp = (layers - 1) * np.maximum(0.0, ag_bwd + rs - t_b) + rs
-    hidden = (layers - 1) * (np.minimum(ag, t_f) + np.minimum(ag_bwd + rs, t_b))
+    bwd_exp = (layers - 1 - k) * np.maximum(0.0, ag_re + rs - t_b) + k * np.maximum(0.0, rs - t_b) + rs
+    hidden = ((layers - 1) * np.minimum(ag, t_f) + (layers - 1 - k) * np.minimum(ag_re + rs, t_b)
+              + k * np.minimum(rs, t_b))
     exposed = fwd_exp + bwd_exp + np.maximum(0.0, t_ends - t_head) + ctx.z3_contention * hidden
     n = g.n
+    regathered = np.where(hpz > 1, 0.0, (layers - kept) * (1.0 + replay))  # hpZ's backward gathers stay in the node
     with np.errstate(divide="ignore", invalid="ignore"):
-        sent = (layers * (per_layer * np.where(hpz > 1, 1.0, 2.0) + grads) * (n - 1) / n
+        sent = ((layers * (per_layer + grads) + regathered * per_layer) * (n - 1) / n
                 + (2.0 if ctx.adapters else 3.0) * ends * (n - 1) / n)
     on = (zero >= 3) & (dp > 1) & (pp == 1)  # with PP the stage's FSDP syncs once per step (_data_parallel)
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 
-def _deepspeed_zero3_host(ctx: Context, dp, pp, zero, hpz, rc, layers, zrb):
+def _deepspeed_zero3_host(ctx: Context, dp, pp, zero, hpz, layers, zrb, kept, replay):
     """Seconds of DeepSpeed ZeRO-3's host bookkeeping per micro-batch, which grows with ranks x parameters.
 
-    Each gather (a layer's forward, its replayed forward with recompute, its backward; the backward and the replay
-    over the hpZ group when there is one) walks every rank's shard of every parameter tensor of the layer
+    Each gather (a layer's forward; in the backward, the layers it did not keep (`kept`, _ds_reuse), once for the
+    replay and the backward with recompute, plus the `replay` share gathered again; over the hpZ group when there
+    is one) walks every rank's shard of every parameter tensor of the layer
     (partition_parameters.py AllGatherCoalescedHandle.wait: a narrow per rank per parameter, then torch.cat), and
     every gradient in a multi-tensor reduce bucket is cut into world_size chunks and interleaved
     (coalesced_collectives.py reduce_scatter_coalesced; Context.ds_interleaved_tensors). FSDP gathers into one
@@ -756,7 +795,7 @@ def _deepspeed_zero3_host(ctx: Context, dp, pp, zero, hpz, rc, layers, zrb):
     calibration.yaml overheads.deepspeed_zero3_*, measured by benchmarks/deepspeed_zero3_host.py."""
     n_t = float(len(ctx.layer_tensors))
     bwd_group = np.where(hpz > 1, hpz, dp)
-    gather = layers * n_t * (dp + (1.0 + rc) * bwd_group) * ctx.ds_gather_s
+    gather = n_t * (layers * dp + (layers - kept) * (1.0 + replay) * bwd_group) * ctx.ds_gather_s
     sizes, which = np.unique(zrb, return_inverse=True)  # a few bucket sizes per batch: simulate each once
     per_layer = np.array([ctx.ds_interleaved_tensors(float(z)) for z in sizes])[which.reshape(-1)]
     reduce = layers * per_layer * dp * ctx.ds_reduce_s

@@ -339,6 +339,14 @@ def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
 #: FSDP gathers a whole block in one collective.
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 
+#: DeepSpeed ZeRO-3 releases a gathered parameter only if its next use lies more than this many parameter elements
+#: further along the recorded module trace (stage3_max_reuse_distance: 1e9 by default, runtime/zero/config.py;
+#: partitioned_param_coordinator.py __params_to_release). So the last 1e9 elements the forward gathers stay into
+#: the backward, and a layer its recompute replays keeps its gather for its backward. Counted on DeepSpeed 0.19.8's
+#: engine on a fake process group (benchmarks/deepspeed_zero3_host.py --count): with the default, a model under 1e9
+#: elements gathers nothing in its backward; with the distance scaled to 1.5 layers of 8, 6.3 layers re-gather.
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
+
 
 def deepspeed_gathers_by_module(model: ModelSpec) -> bool:
     """Whether DeepSpeed ZeRO-3 gathers `model` one Linear at a time (above DEEPSPEED_MAX_LIVE_PARAMETERS)."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ...errors import UserError
 from ...schemas import Cluster, Workload
-from ...schemas.plan import deepspeed_gathers_by_module
+from ...schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE, deepspeed_gathers_by_module
 from ...schemas.workload import ALL_LINEAR
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
@@ -30,6 +32,27 @@ def check_fp8_devices(workload: Workload, devices) -> None:
     if bad is not None:
         raise UserError(f"{bad.name} has no FP8 tensor cores (FP8 training needs Ada, Hopper or Blackwell); "
                         "use --precision bf16")
+
+
+def deepspeed_replay_regather(numels, tp, distance: float = DEEPSPEED_MAX_REUSE_DISTANCE) -> np.ndarray:
+    """Share of a layer's parameter elements that DeepSpeed ZeRO-3 gathers again for the layer's backward after its
+    recompute replay gathered them, per TP degree in `tp`; `numels`: the layer's parameter tensors in forward order
+    (LayerShape.tensor_numels). A tensor the replay gathers is next used by its own backward, after the replay of
+    the tensors behind it in the layer and their backward (twice their elements, of a TP shard); beyond the reuse
+    distance (stage3_max_reuse_distance, schemas.plan.DEEPSPEED_MAX_REUSE_DISTANCE) it was released in between.
+    0 unless half a layer's TP shard exceeds the distance: GPT-3 175B's layers at TP 1 gather their first two
+    thirds again. Counted on DeepSpeed 0.19.8 (benchmarks/deepspeed_zero3_host.py --count, 8 GPT layers, distance
+    scaled down): 13.0 layers' elements per backward at a quarter layer, where this and the kept quarter give
+    7.75 x (1 + 0.67) = 12.9; 10.0 at 0.63 of a layer, where they give 12.3 (the MLP's first Linear, 5 % beyond
+    the distance, stayed)."""
+    tp = np.asarray(tp, dtype=float)
+    if not len(numels) or not tp.size:
+        return np.zeros_like(tp)
+    n = np.asarray(numels, dtype=float)
+    total = float(n.sum())
+    after = total - np.cumsum(n)  # elements the replay and the backward pass between a tensor's two uses
+    share = {float(t): float(n[2.0 * after / t > distance].sum() / total) for t in np.unique(tp)}
+    return np.vectorize(share.__getitem__, otypes=[float])(tp)
 
 
 class Context:
@@ -256,6 +279,10 @@ class Context:
         interleaved += count if count > 1 else 0
         got = self._ds_interleaved[bucket_elements] = interleaved / self.L
         return got
+
+    def ds_replay_regather(self, tp: np.ndarray) -> np.ndarray:
+        """deepspeed_replay_regather of this model's layer at each row's TP degree."""
+        return deepspeed_replay_regather(self.layer_tensors, tp)
 
     def _fp8(self, dev, cal: dict) -> None:
         """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).
