@@ -326,3 +326,17 @@ def test_optimizer_only_offload_hand_over(tmp_path):
 
     assert backend(parse_plan("dp=4,zero=3,offload=optimizer")) == "deepspeed"
     assert backend(parse_plan("dp=4,zero=3,offload=true")) == "fsdp"
+
+
+def test_a_non_default_reuse_distance_is_said_to_be_priced_at_the_default(tmp_path):
+    """DeepSpeed keeps what the forward gathered last (stage3_max_reuse_distance, 1e9 by default) into the backward;
+    the cost model prices the default, and a config with another value (or live-parameter cap) is told so."""
+    cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {
+        "stage": 3, "stage3_max_reuse_distance": 1e8, "stage3_max_live_parameters": 1e9}}
+    (tmp_path / "a.json").write_text(json.dumps(cfg))
+    notes = read_config(tmp_path / "a.json", world=4, global_batch=8).notes
+    said = [n for n in notes if "priced at DeepSpeed's default 1e9" in n]
+    assert len(said) == 1 and said[0].startswith("stage3_max_reuse_distance 100,000,000 ")
+    cfg["zero_optimization"]["stage3_max_reuse_distance"] = 1_000_000_000
+    (tmp_path / "b.json").write_text(json.dumps(cfg))
+    assert not [n for n in read_config(tmp_path / "b.json", world=4, global_batch=8).notes if "priced at" in n]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import UserError
+from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE
 from . import megatron_shape
 from .values import positive_int as _int
 
@@ -118,6 +119,14 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
             rb.notes.append("offload_param without offload_optimizer is modelled as ZeRO-Offload of both")
         elif stage == 3 and off == ["offload_optimizer"]:
             rb.plan["offload_param"] = False  # the parameter partition stays on the device
+    if stage == 3:
+        for key, default in (("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE),
+                             ("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)):
+            value = z.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value != default:
+                rb.notes.append(f"{key} {value:,.0f} is priced at DeepSpeed's default 1e9 (the forward's last 1e9 "
+                                "parameter elements stay gathered into the backward): a smaller value re-gathers "
+                                "more and holds less memory")
     if "reduce_bucket_size" in z:
         rb.plan["zero_reduce_bucket_size"] = int(float(z["reduce_bucket_size"]))
     bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")
