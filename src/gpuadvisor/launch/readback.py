@@ -124,7 +124,8 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
                              ("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)):
             value = z.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value != default:
-                rb.notes.append(f"{key} {value:,.0f} is priced at DeepSpeed's default 1e9 (the forward's last 1e9 "
+                shown = f"{value:,.0f}" if abs(value) < 1e15 else f"{value:.3g}"
+                rb.notes.append(f"{key} {shown} is priced at DeepSpeed's default 1e9 (the forward's last 1e9 "
                                 "parameter elements stay gathered into the backward): a smaller value re-gathers "
                                 "more and holds less memory")
     if "reduce_bucket_size" in z:
