@@ -253,6 +253,7 @@ class Context:
         self.ds_gathers_per_layer = (float(self.shape.gathered_modules())
                                      if self.shape is not None and deepspeed_gathers_by_module(m) else 1.0)
         self._ds_interleaved: dict[float, float] = {}
+        self._ds_replay: dict[float, Optional[float]] = {}
         self.single_best_tps: Optional[float] = None
 
     def ds_interleaved_tensors(self, bucket_elements: float) -> float:
@@ -281,8 +282,14 @@ class Context:
         return got
 
     def ds_replay_regather(self, tp: np.ndarray) -> np.ndarray:
-        """deepspeed_replay_regather of this model's layer at each row's TP degree."""
-        return deepspeed_replay_regather(self.layer_tensors, tp)
+        """deepspeed_replay_regather of this model's layer at each row's TP degree (once per degree)."""
+        tp = np.asarray(tp, dtype=float)
+        degrees, which = np.unique(tp, return_inverse=True)
+        share = [self._ds_replay.get(float(t)) for t in degrees]
+        for i, t in enumerate(degrees):
+            if share[i] is None:
+                share[i] = self._ds_replay[float(t)] = float(deepspeed_replay_regather(self.layer_tensors, [t])[0])
+        return np.asarray(share, dtype=float)[which.reshape(tp.shape)]
 
     def _fp8(self, dev, cal: dict) -> None:
         """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).
