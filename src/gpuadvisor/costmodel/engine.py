@@ -249,7 +249,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
     st = _stage_states(ctx, layers, first, last, pp, tp, e_shard)
-    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp)
+    # DeepSpeed ZeRO-3 keeps its last gathers into the backward and its replayed gathers for the layer's backward
+    # (_ds_reuse): held in memory, not sent again
+    kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -300,8 +303,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
-    # (DeepSpeed keeps its last gathers into the backward and its replayed gathers for the layer's backward: _ds_reuse)
-    kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
+    # (and DeepSpeed keeps what _ds_reuse says: `kept`, `replay` above)
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rcx, layers, t_layer, t_head, e_shard,
                                            np.where(fsdp, 1.0, ctx.ds_gathers_per_layer), kept, replay)
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
@@ -490,8 +492,9 @@ def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     return ~((zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1))
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) -> dict[str, np.ndarray]:
-    """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank."""
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept) -> dict[str, np.ndarray]:
+    """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank; `kept`: the layers
+    DeepSpeed ZeRO-3 still holds gathered when the backward starts (_ds_reuse)."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     offp = (off >= 2) & (zero >= 3)  # candidates.OFFLOADS: the parameters in host RAM too
@@ -538,7 +541,6 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp) ->
     # DeepSpeed ZeRO-3 still holds the forward's last gathers when the backward starts (_ds_reuse): the LM head and
     # the layers they fill up to stage3_max_reuse_distance (~2 GB of 16-bit weights, the figure Hugging Face's
     # DeepSpeed guide gives for the 1e9 default)
-    kept, _ = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
     held = np.where(fsdp, 0.0, kept * _layer_bytes(ctx, tp, e_shard)
                     + (np.minimum(ctx.p_head / tp, DEEPSPEED_MAX_REUSE_DISTANCE) * ctx.weight_bytes
                        if ctx.transformer else 0.0))
