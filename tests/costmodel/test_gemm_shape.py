@@ -49,7 +49,9 @@ def test_an_unsplit_gemm_pair_is_the_fitted_curve_and_a_tp_split_costs_one_pass_
 
 def test_megatron_tp8_rows_are_not_slower_than_its_tp1_row_by_the_split():
     # Megatron-Core's H100 weak-scaling table: the TP-8 32B row (per-rank projection width 896) read 1.47
-    # pred/meas and the TP-1 1.7B row 1.23 when every pass paid the split; pass by pass they read alike
+    # pred/meas and the TP-1 1.7B row 1.23 when every pass paid the split; pass by pass they read alike. Compared
+    # without the data-parallel sync, which the split does not touch (the 32B row's DP group is one GPU per node
+    # reduce-scattering fp32 gradients: test_megatron_grad_buffer.py)
     runs = {r.ref: r for r in load_runs() if r.source_id == "megatron_h100_weak_scaling_table"}
     ratio = {}
     for ref in ("megatron_lm:1", "megatron_lm:4"):
@@ -59,8 +61,10 @@ def test_megatron_tp8_rows_are_not_slower_than_its_tp1_row_by_the_split():
             update={"attention_kernel": "flash"})})
         ctx = Context(inp.cluster, wl)
         ctx.tp_overlap_hidden = 1.0  # ... and the TP overlap the rows ran (Transformer Engine's userbuffers)
-        ratio[ref] = evaluate(inp.plan, ctx).step_s / runs[ref].measured_iter_time_s
-    assert ratio["megatron_lm:4"] < 1.4, ratio
+        e = evaluate(inp.plan, ctx)
+        dp_sync = sum(v for k, v in e.comm.items() if k.startswith(("zero@", "dp@")))
+        ratio[ref] = (e.step_s - dp_sync) / runs[ref].measured_iter_time_s
+    assert ratio["megatron_lm:4"] < 1.3, ratio
     assert ratio["megatron_lm:4"] / ratio["megatron_lm:1"] < 1.15, ratio
 
 

@@ -49,7 +49,8 @@ def _fitting_split(rb, cluster, workload) -> None:
     tr = workload.training
     t = tr.model_copy(update={"precision": rb.precision or tr.precision,
                               "attention_kernel": rb.attention_kernel or tr.attention_kernel,
-                              "kernels": rb.kernels or tr.kernels})
+                              "kernels": rb.kernels or tr.kernels,
+                              "grad_reduce_in_bf16": rb.grad_reduce_in_bf16 or tr.grad_reduce_in_bf16})
     wl = workload.model_copy(update={"training": t})
     per = rb.plan["mb"] * rb.plan.get("m", 1)
     for m in (d for d in range(1, per + 1) if per % d == 0):
@@ -142,6 +143,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
                            finetune=finetune,
                            attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash",
                            kernels=getattr(args, "kernels", None) or rb.kernels or "eager")
+    if rb.grad_reduce_in_bf16:
+        wl = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": True})})
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)

@@ -245,6 +245,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     edp = np.where(ep > 1, dp * tp / ep, dp)
 
     fsdp = _zero_on_fsdp(a)
+    # rows that run as Megatron (_megatron_rows): its gradient buffer's dtype and in-place sync
+    meg = _megatron_rows(ctx, a, fsdp)
 
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
@@ -252,7 +254,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # DeepSpeed ZeRO-3 keeps its last gathers into the backward and its replayed gathers for the layer's backward
     # (_ds_reuse): held in memory, not sent again
     kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
-    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -338,7 +340,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  (tp > 1) | (pp > 1), (zero >= 3) & (pp > 1),
-                                                                 layers, ~fsdp)
+                                                                 layers, ~fsdp, meg)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -492,9 +494,21 @@ def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     return ~((zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1))
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept) -> dict[str, np.ndarray]:
+def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
+    """Rows that run as Megatron: DDP or its distributed optimizer (ZeRO-1) beside TP or PP on 16-bit parameters, not
+    under torch.autocast (the bundled trainers'). Megatron-Core's DDP keeps one contiguous gradient buffer whose
+    buckets are views, reduced in place, and the distributed optimizer all-gathers into the parameter buffer in place.
+    With bf16 that buffer is fp32 (`Context.megatron_grad_bytes`)."""
+    if not ctx.transformer or ctx.act_bytes != 2:
+        return np.zeros(len(a), dtype=bool)
+    zero, tp, pp = a[:, 3], a[:, 1], a[:, 2]
+    return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1))
+
+
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank; `kept`: the layers
-    DeepSpeed ZeRO-3 still holds gathered when the backward starts (_ds_reuse)."""
+    DeepSpeed ZeRO-3 still holds gathered when the backward starts (_ds_reuse); `meg`: the rows that run as
+    Megatron (_megatron_rows), whose gradients are `Context.megatron_grad_bytes` each, synced in place."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     offp = (off >= 2) & (zero >= 3)  # candidates.OFFLOADS: the parameters in host RAM too
@@ -525,13 +539,13 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     cache = (ctx.te_fp8_cache_bytes * (layers * (ctx.p_layer - ctx.p_layer_exp) / tp + st["exp"])
              if ctx.transformer else np.zeros_like(mb))
     # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
-    # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron-Core its grad buffer
-    # in the parameters' dtype (DistributedDataParallelConfig.grad_reduce_in_fp32 False)
+    # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron with bf16 an fp32 grad
+    # buffer (Context.megatron_grad_bytes)
     # FSDP per pipeline stage (ZeRO-3 with PP) accumulates each stage's unsharded gradients over the micro-batches
     # without syncing (PipelineStage.backward_maybe_with_nosync), and FSDP2 upcasts them to its reduce dtype to
     # accumulate (FSDPParam.to_accumulated_grad_if_needed: unsharded_accumulated_grad = grad.to(reduce_dtype)),
     # fp32 in the bundled trainers and torchtitan (mixed_precision_reduce = "float32")
-    g32 = ((zero < 2) & amp) | ((zero >= 3) & (pp > 1))
+    g32 = ((zero < 2) & amp) | ((zero >= 3) & (pp > 1)) | (meg & (ctx.megatron_grad_bytes == 4))
     # without data parallelism (no DDP buckets), accumulation or pipelining, eager PyTorch's
     # zero_grad(set_to_none=True) leaves no gradient at the peak, the start of the backward: they are created as the
     # activations are freed, so the step holds max(gradients, activations + logits) beside the weights and optimizer
@@ -546,9 +560,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
                        if ctx.transformer else 0.0))
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
                  tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp,
-                 held)
+                 held, meg)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, offp,
-                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held)
+                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held, meg)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
@@ -560,7 +574,7 @@ def _sharded(x, exp_frac, dp, edp):
 
 
 def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb,
-            exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False, held=0.0) -> dict:
+            exp, edp, e_shard, fp8_cache, g32=False, freed=False, amp=False, held=0.0, in_place=False) -> dict:
     """Memory parts of one device holding `params` (its stage's TP shard): `wbytes` of weights, `train` trainable.
 
     ZeRO §5 (Rajbhandari et al. 2020): stage 1 shards the optimizer over dp, 2 also gradients, 3 also weights;
@@ -579,7 +593,9 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     49.4 so counted: fp32 weights, gradients, Adam's two states and the temporary). The peak is the larger of the
     backward's start and that step; `gradients` is reported as what gradients and the step add beyond the
     activations, so the parts sum to the peak. `held`: gathered ZeRO-3 weights DeepSpeed keeps into the backward
-    (_memory), counted where they exceed FSDP's two gathered layers.
+    (_memory), counted where they exceed FSDP's two gathered layers. `in_place`: rows whose data-parallel sync runs
+    in place on the contiguous gradient and parameter buffers (Megatron-Core's DDP and distributed optimizer: its
+    buckets are views of them), so no bucket copies are added.
     """
     _, gbb, ob = state_bytes_per_param(ctx.precision, ctx.optimizer)
     if ctx.adapters:
@@ -610,7 +626,8 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
     # DeepSpeed's reduce bucket fills with what trains (the adapters with LoRA)
     # allgather_bucket_size is ZeRO-1/2's post-step parameter all-gather; stage 3 gathers per layer (`gathered`)
     buf = np.where(zero > 0, 2 * np.minimum(zrb, train) * zg + np.where(zero < 3, np.minimum(agb, params) * zg, 0.0),
-                   np.where(dp > 1, 2 * bucket_mb * 2 ** 20, 0.0)) + gathered
+                   np.where(dp > 1, 2 * bucket_mb * 2 ** 20, 0.0))
+    buf = np.where(in_place, 0.0, buf) + gathered
     base = w + o + acts + lg + buf
     start = base + np.where(freed, 0.0, g)  # the backward's start: activations, logits' buffers
     # the optimizer step: no activation left, nor autocast's 16-bit weight copies (the `weights` part of an autocast
@@ -817,7 +834,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
-                   exp, edp, megatron, fsdp_stage, layers, deepspeed):
+                   exp, edp, megatron, fsdp_stage, layers, deepspeed, meg):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP, ZeRO-1/2 and ZeRO-3
     with PP (synced once per step, `fsdp_stage` below).
 
@@ -836,7 +853,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     reduce-scattered once, after the stage's last backward (PipelineStage.backward_maybe_with_nosync), which nothing
     hides; the parameters are all-gathered once per step, layer by layer ahead of the first micro-batch's forward
     (torchtitan apply_fsdp: no resharding under PP, "to avoid per-microbatch all-gathers"). `layers`: FSDP units.
-    `deepspeed`: rows whose ZeRO runs on DeepSpeed (Plan.zero_runtime). DeepSpeed's stage 2 all-reduces each
+    `deepspeed`: rows whose ZeRO runs on DeepSpeed (Plan.zero_runtime). `meg`: rows that run as Megatron
+    (_megatron_rows), whose distributed optimizer reduce-scatters gradients of Context.megatron_grad_bytes (fp32 with
+    bf16) and all-gathers the 16-bit parameters. DeepSpeed's stage 2 all-reduces each
     gradient bucket and keeps its partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
     zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes on every
     micro-step; FSDP's SHARD_GRAD_OP reduce-scatters.
@@ -870,13 +889,21 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last
     # backward, the updated parameters all-gathered bucket by bucket during the next step's first forward
     # (Megatron-Core distributed optimizer docs, "overlap_param_gather"); only the last bucket of each shows
-    rs1 = g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s
-    bucket1 = g.rs(np.minimum(zbucket, zgb))
-    meg = (_overlapped(rs1, bucket1, window, ctx.contention)
-           + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
+    # Megatron's own rows reduce-scatter its gradient buffer's dtype (fp32 with bf16) and all-gather the 16-bit
+    # parameters, in buckets of max(40M, 1M x dp) parameters (Megatron-Core DistributedDataParallelConfig.bucket_size
+    # default); the bundled trainers' distributed optimizer sends model-dtype gradients in DeepSpeed-sized buckets
+    mel = np.maximum(40e6, 1e6 * dp)
+    mgb = np.where(meg, n_dev * ctx.megatron_grad_bytes, zgb)  # what the reduce-scatter moves
+    mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)  # what the all-gather moves
+    mnb = np.where(meg, np.maximum(1.0, np.ceil(n_dev / mel)), znb)
+    rs1 = g.rs(mgb) + (mnb - 1) * g.ring_lat_s + mnb * ctx.call_s
+    ag1 = g.rs(mwb) + ctx.call_s
+    bucket1 = g.rs(np.where(meg, np.minimum(mel, n_dev) * ctx.megatron_grad_bytes, np.minimum(zbucket, zgb)))
+    dopt = (_overlapped(rs1, bucket1, window, ctx.contention)
+            + _overlapped(ag1, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
     # without --overlap-grad-reduce the distributed optimizer reduce-scatters after the backward
     # (finalize_model_grads) and all-gathers after the step, both exposed
-    z1 = np.where(megatron, np.where(ovl, meg, rs1 + ag_after), z1)
+    z1 = np.where(megatron, np.where(ovl, dopt, rs1 + ag1), z1)
     t2 = np.where(deepspeed, t1, g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s)
     last2 = np.where(deepspeed, last1, g.rs(np.minimum(zbucket, zgb)))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
@@ -890,7 +917,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     exposed = np.where(multi, exposed, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(multi, (dp - 1) / dp, 0.0)
-    sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, 2.0, 3.0) * frac * zgb,
+    sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, frac * (mgb + mwb),
+                                                                                    3.0 * frac * zgb),
                                                               np.where(zero == 2, (m * np.where(deepspeed, 2.0, 1.0)
                                                                                    + 1) * frac * zgb, 0.0)))
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)

@@ -30,6 +30,9 @@ Mapping (ZeRO with or without TP/PP):
   GEMMs and the all-to-all token dispatcher; Plan.ep -> --expert-model-parallel-size with
   --expert-tensor-parallel-size 1 (MoE parallel folding: the ep ranks come from a stage's TP x DP ranks), or
   the TP degree when ep = 1 (experts split like the dense MLP).
+- gradients: with --bf16 Megatron keeps and reduces them in fp32 (arguments.py sets
+  accumulate_allreduce_grads_in_fp32), as the cost model prices it; TrainingSettings.grad_reduce_in_bf16 writes
+  --grad-reduce-in-bf16.
 - precision fp8 (`FP8_ARGS`, _add_transformer_engine_args): --bf16 plus --transformer-impl transformer_engine and
   --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-amax-compute-algo max: E4M3 forward,
   E5M2 gradients, per-tensor delayed scaling from a 1024-step amax history, the settings of Megatron's own H100 FP8
@@ -145,6 +148,8 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a.append(f"--{t.precision}")
     elif t.precision == "fp8":  # FP8 GEMMs in Transformer Engine's Linears, bf16 everywhere else
         a += ["--bf16", *FP8_ARGS]
+    if t.grad_reduce_in_bf16 and t.precision in ("bf16", "fp8"):
+        a.append("--grad-reduce-in-bf16")  # bf16 gradient buffer (Megatron's default with --bf16 is fp32)
     return a
 
 

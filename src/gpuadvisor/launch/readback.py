@@ -51,6 +51,9 @@ class ReadBack:
     #: the file holds neither the micro-batch nor the accumulation (an Accelerate YAML without them): mb and m
     #: are the script's, and the plan splits the assumed global batch with m = 1
     split_assumed: bool = False
+    #: TrainingSettings.grad_reduce_in_bf16: Megatron's --grad-reduce-in-bf16 (a bf16 gradient buffer instead of its
+    #: fp32 default with bf16)
+    grad_reduce_in_bf16: bool = False
 
     def spec(self) -> str:
         """The plan string (as `predict --plan` takes it)."""
@@ -542,6 +545,8 @@ _MDS_FLASH = ("--use-flash-attn", "--use-flash-attn-v1", "--use-flash-attn-v2", 
 _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-torch-fsdp2",
                  "--optimizer-cpu-offload", "--bf16", "--fp16", "--recompute-activations",
                  "--torch-fsdp2-no-reshard-after-forward", "--overlap-grad-reduce", "--overlap-param-gather",
+                 # the gradient buffer's dtype with --bf16 (fp32 unless this)
+                 "--grad-reduce-in-bf16",
                  # Megatron-LM before 2022 and Megatron-DeepSpeed: full recompute of every layer (Megatron-LM's
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
@@ -677,6 +682,12 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         else:
             rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
+    if "--grad-reduce-in-bf16" in switches:
+        if rb.precision == "bf16" and "--deepspeed" not in switches:
+            rb.grad_reduce_in_bf16 = True
+        else:
+            rb.notes.append("--grad-reduce-in-bf16 acts with --bf16 on Megatron's own gradient buffer (not with "
+                            "--fp16 or under --deepspeed): predicted without it")
     if "--deepspeed" in switches:
         _megatron_deepspeed(vals, switches, rb, where, base)
     else:

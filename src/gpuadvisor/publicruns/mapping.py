@@ -114,6 +114,12 @@ RECIPE_TP_OVERLAP_MODELS = re.compile(r"llama[ _]?3", re.IGNORECASE)
 #: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). The PyTorch stacks
 #: run FlashAttention-2 / SDPA; Megatron-DeepSpeed below.
 TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
+#: NVIDIA's Megatron-Bridge performance recipes reduce gradients in bf16 (TrainingSettings.grad_reduce_in_bf16): each
+#: family's common perf config sets cfg.mixed_precision.grad_reduce_in_fp32 = False and cfg.ddp.grad_reduce_in_fp32
+#: = False (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/llama3_llm_pretrain.py
+#: set_llama3_common_configs; the DeepSeek and Qwen3 configs alike), as NeMo 2's FP8 perf scripts did
+#: (recipe.trainer.plugins.grad_reduce_in_fp32 = False). Megatron-LM's own scripts keep its fp32 default for bf16.
+BF16_REDUCE_RECIPES = re.compile(r"megatron-bridge", re.IGNORECASE)
 #: Megatron-DeepSpeed builds Megatron's own layers, whose attention core is unfused (materialised scores) unless the
 #: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"
 UNFUSED_FRAMEWORKS = re.compile(r"megatron-deepspeed", re.IGNORECASE)
@@ -655,6 +661,10 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
+    bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework))
+    if bf16_reduce:
+        notes.append("gradients reduced in bf16 (the Megatron-Bridge performance recipes' grad_reduce_in_fp32 = False)")
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
-                                attention_kernel=kernel, kernels=kernels_of(run, notes))
+                                attention_kernel=kernel, kernels=kernels_of(run, notes),
+                                grad_reduce_in_bf16=bf16_reduce)
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

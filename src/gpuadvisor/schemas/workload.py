@@ -194,6 +194,11 @@ class TrainingSettings(Frozen):
                              "eagerly: eager storage and loss, and the HBM passes of its op-by-op fp32 RMSNorm, "
                              "rotate-half rotary, repeat_kv and act·up). attention_kernel cudnn implies fused")
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
+    grad_reduce_in_bf16: bool = Field(
+        False, description="Megatron only: keep and reduce the gradients in bf16 (--grad-reduce-in-bf16, as NVIDIA's "
+                           "Megatron-Bridge performance recipes set grad_reduce_in_fp32 = False) instead of the fp32 "
+                           "gradient buffer Megatron uses with bf16 by default (4 bytes per parameter on the device "
+                           "and on the wire)")
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")
     token_budget: Optional[float] = Field(None, description="Total tokens to train on (time-to-train)")

@@ -155,6 +155,10 @@ class Context:
         self.contention_by = {k: float(v) for k, v in (oh.get("contention_by_link") or {}).items()}
         self.ddp_gbytes = 4 if fp32 else int(pr["ddp_grad_bytes_mixed"])
         self.zero_gbytes = 4 if fp32 else int(pr["zero_grad_bytes_mixed"])
+        # Megatron's gradient buffer per parameter (engine._megatron_rows): fp32 with bf16 (and FP8's bf16 weights)
+        # unless the run reduces in bf16 (TrainingSettings.grad_reduce_in_bf16), the parameters' fp16 with fp16
+        self.megatron_grad_bytes = (4 if fp32 else 2 if t.precision == "fp16" or t.grad_reduce_in_bf16
+                                    else int(pr["megatron_grad_bytes_bf16"]))
         mc = cal["memory"]
         self.cuda_ctx, self.nccl_peer = float(mc["cuda_context_bytes"]), float(mc["nccl_bytes_per_peer"])
         self.frag, self.host_usable = float(mc["fragmentation"]), float(mc["host_ram_usable"])
