@@ -877,14 +877,16 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # not overlapped (`ovl` off): DeepSpeed's engine at stage 0 and its pipeline engine all-reduce after the
     # backward (engine.py allreduce_gradients, pipe/engine.py ReduceGrads), Megatron without --overlap-grad-reduce
     # in finalize_model_grads; PyTorch DDP always overlaps (the plans gpuadvisor enumerates)
-    ddp = np.where(ovl, _overlapped(t, last, window, g.per_kind(ctx.contention_by, ctx.contention)), t)
+    # the hidden part's contention by the ring's link kind (NCCL's network transport occupies few SMs)
+    cont = g.per_kind(ctx.contention_by, ctx.contention)
+    ddp = np.where(ovl, _overlapped(t, last, window, cont), t)
     ddp = ddp + ctx.ddp_step_s
     zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
     ag_after = g.rs(zgb) + ctx.call_s
     t1, last1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
-    z1 = np.where(ovl, _overlapped(t1, last1, window, ctx.contention), t1) + ag_after
+    z1 = np.where(ovl, _overlapped(t1, last1, window, cont), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last
     # backward, the updated parameters all-gathered bucket by bucket during the next step's first forward
@@ -899,19 +901,19 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     rs1 = g.rs(mgb) + (mnb - 1) * g.ring_lat_s + mnb * ctx.call_s
     ag1 = g.rs(mwb) + ctx.call_s
     bucket1 = g.rs(np.where(meg, np.minimum(mel, n_dev) * ctx.megatron_grad_bytes, np.minimum(zbucket, zgb)))
-    dopt = (_overlapped(rs1, bucket1, window, ctx.contention)
-            + _overlapped(ag1, bucket1, ctx.fwd_frac * t_mb, ctx.contention))
+    dopt = (_overlapped(rs1, bucket1, window, cont)
+            + _overlapped(ag1, bucket1, ctx.fwd_frac * t_mb, cont))
     # without --overlap-grad-reduce the distributed optimizer reduce-scatters after the backward
     # (finalize_model_grads) and all-gathers after the step, both exposed
     z1 = np.where(megatron, np.where(ovl, dopt, rs1 + ag1), z1)
     t2 = np.where(deepspeed, t1, g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s)
     last2 = np.where(deepspeed, last1, g.rs(np.minimum(zbucket, zgb)))
-    z2 = m * np.where(ovl, _overlapped(t2, last2, window, ctx.contention), t2) + ag_after
+    z2 = m * np.where(ovl, _overlapped(t2, last2, window, cont), t2) + ag_after
     units = np.maximum(layers, 1.0)
     per_unit = (units - 1) * g.ring_lat_s + units * ctx.call_s  # one collective per FSDP unit (layer)
     rs_stage = g.rs(n_dev * ctx.z3_grad_bytes) + per_unit
     ag_stage = g.rs(w_dev) + per_unit
-    fsdp = rs_stage + _overlapped(ag_stage, g.rs(w_dev / units), ctx.fwd_frac * t_mb, ctx.contention)
+    fsdp = rs_stage + _overlapped(ag_stage, g.rs(w_dev / units), ctx.fwd_frac * t_mb, cont)
     exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, np.where(fsdp_stage, fsdp,
                                                                                                    0.0))))
     exposed = np.where(multi, exposed, 0.0)
