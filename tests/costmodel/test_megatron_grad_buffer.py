@@ -97,3 +97,15 @@ def test_public_rows_reduce_as_their_recipes_do():
         assert inp.workload.training.grad_reduce_in_bf16 is bridge, run.ref
         seen.add(bridge)
     assert seen == {True, False}
+
+
+def test_megatron_ddp_all_reduces_its_buffer_dtype():
+    """Megatron's DDP all-reduces the buffer as it is: fp32 with bf16, fp16 with fp16 (PyTorch AMP's DDP sends fp32
+    whatever the training dtype, as the eager rows still do)."""
+    cl = load_preset("dgx-a100-8x-4nodes-ib-hdr")
+    plan = parse_plan("dp=4,tp=8,mb=1,m=16", nodes=4, devices_per_node=8)
+    bf16 = estimate(plan, cl, _megatron_workload()).link_bytes_per_step["network"]
+    fp16 = estimate(plan, cl, _megatron_workload(precision="fp16")).link_bytes_per_step["network"]
+    assert bf16 / fp16 == pytest.approx(2.0)
+    eager = estimate(plan, cl, _megatron_workload(precision="fp16", kernels="eager")).link_bytes_per_step["network"]
+    assert eager == pytest.approx(bf16)

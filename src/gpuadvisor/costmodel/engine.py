@@ -867,11 +867,14 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(multi, ((edp - 1) / edp) / ((dp - 1) / dp), 1.0)
     n_dev = n_dev - exp + exp * share  # what the gradient sync moves, in dp-group terms
-    gb_ddp = n_dev * ctx.grad_bytes_ddp
+    # Megatron's own rows (`meg`) sync its gradient buffer's dtype in buckets of max(40M, 1M x dp) parameters
+    # (Megatron-Core DistributedDataParallelConfig.bucket_size default), DDP and distributed optimizer alike
+    mel = np.maximum(40e6, 1e6 * dp)
+    gb_ddp = np.where(meg, n_dev * ctx.megatron_grad_bytes, n_dev * ctx.grad_bytes_ddp)
     gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
     ratio = powersgd_ratio(POWERSGD_RANK, ctx.h if ctx.transformer else 256)
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
-    bucket = bucket_mb * 2 ** 20
+    bucket = np.where(meg & (hook == 0), mel * ctx.megatron_grad_bytes, bucket_mb * 2 ** 20)
     nb = np.maximum(1.0, np.ceil(gb_ddp / bucket))
     t, last = _bucketed_allreduce(ctx, g, gb_ddp, bucket, nb)
     # not overlapped (`ovl` off): DeepSpeed's engine at stage 0 and its pipeline engine all-reduce after the
@@ -892,9 +895,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # backward, the updated parameters all-gathered bucket by bucket during the next step's first forward
     # (Megatron-Core distributed optimizer docs, "overlap_param_gather"); only the last bucket of each shows
     # Megatron's own rows reduce-scatter its gradient buffer's dtype (fp32 with bf16) and all-gather the 16-bit
-    # parameters, in buckets of max(40M, 1M x dp) parameters (Megatron-Core DistributedDataParallelConfig.bucket_size
-    # default); the bundled trainers' distributed optimizer sends model-dtype gradients in DeepSpeed-sized buckets
-    mel = np.maximum(40e6, 1e6 * dp)
+    # parameters, in its buckets (`mel` above); the bundled trainers' distributed optimizer sends model-dtype
+    # gradients in DeepSpeed-sized buckets
     mgb = np.where(meg, n_dev * ctx.megatron_grad_bytes, zgb)  # what the reduce-scatter moves
     mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)  # what the all-gather moves
     mnb = np.where(meg, np.maximum(1.0, np.ceil(n_dev / mel)), znb)
