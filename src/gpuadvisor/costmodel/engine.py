@@ -339,7 +339,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     w_dev = np.maximum(st["w_first"], st["w_last"])
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
-                                                                 (tp > 1) | (pp > 1), (zero >= 3) & (pp > 1),
+                                                                 (tp > 1) | (pp > 1) | meg, (zero >= 3) & (pp > 1),
                                                                  layers, ~fsdp, meg)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
@@ -495,14 +495,15 @@ def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
 
 
 def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
-    """Rows that run as Megatron: DDP or its distributed optimizer (ZeRO-1) beside TP or PP on 16-bit parameters, not
-    under torch.autocast (the bundled trainers'). Megatron-Core's DDP keeps one contiguous gradient buffer whose
+    """Rows that run as Megatron: DDP or its distributed optimizer (ZeRO-1) beside TP, PP or expert parallelism
+    (Megatron-Core's MoE parallel folding) on 16-bit parameters, not under torch.autocast (the bundled trainers').
+    Megatron-Core's DDP keeps one contiguous gradient buffer whose
     buckets are views, reduced in place, and the distributed optimizer all-gathers into the parameter buffer in place.
     With bf16 that buffer is fp32 (`Context.megatron_grad_bytes`)."""
     if not ctx.transformer or ctx.act_bytes != 2:
         return np.zeros(len(a), dtype=bool)
-    zero, tp, pp = a[:, 3], a[:, 1], a[:, 2]
-    return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1))
+    zero, tp, pp, ep = a[:, 3], a[:, 1], a[:, 2], a[:, 18]
+    return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1) | (ep > 1))
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg) -> dict[str, np.ndarray]:
