@@ -497,9 +497,9 @@ def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
 def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     """Rows that run as Megatron: DDP or its distributed optimizer (ZeRO-1) beside TP, PP or expert parallelism
     (Megatron-Core's MoE parallel folding) on 16-bit parameters, not under torch.autocast (the bundled trainers').
-    Megatron-Core's DDP keeps one contiguous gradient buffer whose
-    buckets are views, reduced in place, and the distributed optimizer all-gathers into the parameter buffer in place.
-    With bf16 that buffer is fp32 (`Context.megatron_grad_bytes`)."""
+    Megatron-Core's DDP keeps one contiguous gradient buffer whose buckets are views, reduced in place, and the
+    distributed optimizer all-gathers into the parameter buffer in place. With bf16 that buffer is fp32
+    (`Context.megatron_grad_bytes`)."""
     if not ctx.transformer or ctx.act_bytes != 2:
         return np.zeros(len(a), dtype=bool)
     zero, tp, pp, ep = a[:, 3], a[:, 1], a[:, 2], a[:, 18]
@@ -871,7 +871,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # Megatron's own rows (`meg`) sync its gradient buffer's dtype in buckets of max(40M, 1M x dp) parameters
     # (Megatron-Core DistributedDataParallelConfig.bucket_size default), DDP and distributed optimizer alike
     mel = np.maximum(40e6, 1e6 * dp)
-    gb_ddp = np.where(meg, n_dev * ctx.megatron_grad_bytes, n_dev * ctx.grad_bytes_ddp)
+    zgb = n_dev * ctx.grad_bytes_zero
+    mgb = np.where(meg, n_dev * ctx.megatron_grad_bytes, zgb)  # what a distributed optimizer reduce-scatters
+    gb_ddp = np.where(meg, mgb, n_dev * ctx.grad_bytes_ddp)
     gb_ddp = np.where((hook == 1) | (hook == 2), n_dev * 2, gb_ddp)
     ratio = powersgd_ratio(POWERSGD_RANK, ctx.h if ctx.transformer else 256)
     gb_ddp = np.where(hook == 3, gb_ddp * ratio, gb_ddp)
@@ -885,10 +887,11 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     cont = g.per_kind(ctx.contention_by, ctx.contention)
     ddp = np.where(ovl, _overlapped(t, last, window, cont), t)
     ddp = ddp + ctx.ddp_step_s
-    zgb = n_dev * ctx.grad_bytes_zero
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
-    ag_after = g.rs(zgb) + ctx.call_s
+    # the parameters' all-gather after the step: the 16-bit weights on Megatron's own rows, else the gradients' dtype
+    mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)
+    ag_after = g.rs(mwb) + ctx.call_s
     t1, last1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
     z1 = np.where(ovl, _overlapped(t1, last1, window, cont), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
@@ -898,17 +901,14 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # Megatron's own rows reduce-scatter its gradient buffer's dtype (fp32 with bf16) and all-gather the 16-bit
     # parameters, in its buckets (`mel` above); the bundled trainers' distributed optimizer sends model-dtype
     # gradients in DeepSpeed-sized buckets
-    mgb = np.where(meg, n_dev * ctx.megatron_grad_bytes, zgb)  # what the reduce-scatter moves
-    mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)  # what the all-gather moves
-    mnb = np.where(meg, np.maximum(1.0, np.ceil(n_dev / mel)), znb)
+    mnb = np.maximum(1.0, np.where(meg, np.ceil(n_dev / mel), znb))
     rs1 = g.rs(mgb) + (mnb - 1) * g.ring_lat_s + mnb * ctx.call_s
-    ag1 = g.rs(mwb) + ctx.call_s
     bucket1 = g.rs(np.where(meg, np.minimum(mel, n_dev) * ctx.megatron_grad_bytes, np.minimum(zbucket, zgb)))
     dopt = (_overlapped(rs1, bucket1, window, cont)
-            + _overlapped(ag1, bucket1, ctx.fwd_frac * t_mb, cont))
+            + _overlapped(ag_after, bucket1, ctx.fwd_frac * t_mb, cont))
     # without --overlap-grad-reduce the distributed optimizer reduce-scatters after the backward
     # (finalize_model_grads) and all-gathers after the step, both exposed
-    z1 = np.where(megatron, np.where(ovl, dopt, rs1 + ag1), z1)
+    z1 = np.where(megatron, np.where(ovl, dopt, rs1 + ag_after), z1)
     t2 = np.where(deepspeed, t1, g.rs(zgb) + (znb - 1) * g.ring_lat_s + znb * ctx.call_s)
     last2 = np.where(deepspeed, last1, g.rs(np.minimum(zbucket, zgb)))
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, cont), t2) + ag_after

@@ -51,8 +51,8 @@ def deepspeed_replay_regather(numels, tp, distance: float = DEEPSPEED_MAX_REUSE_
     n = np.asarray(numels, dtype=float)
     total = float(n.sum())
     after = total - np.cumsum(n)  # elements the replay and the backward pass between a tensor's two uses
-    share = {float(t): float(n[2.0 * after / t > distance].sum() / total) for t in np.unique(tp)}
-    return np.vectorize(share.__getitem__, otypes=[float])(tp)
+    released = 2.0 * after / tp[..., None] > distance  # per TP degree (leading axes), per tensor (last axis)
+    return (released * n).sum(axis=-1) / total
 
 
 class Context:
@@ -257,7 +257,7 @@ class Context:
         self.ds_gathers_per_layer = (float(self.shape.gathered_modules())
                                      if self.shape is not None and deepspeed_gathers_by_module(m) else 1.0)
         self._ds_interleaved: dict[float, float] = {}
-        self._ds_replay: dict[float, Optional[float]] = {}
+        self._ds_replay: dict[float, float] = {}
         self.single_best_tps: Optional[float] = None
 
     def ds_interleaved_tensors(self, bucket_elements: float) -> float:
@@ -289,11 +289,10 @@ class Context:
         """deepspeed_replay_regather of this model's layer at each row's TP degree (once per degree)."""
         tp = np.asarray(tp, dtype=float)
         degrees, which = np.unique(tp, return_inverse=True)
-        share = [self._ds_replay.get(float(t)) for t in degrees]
-        for i, t in enumerate(degrees):
-            if share[i] is None:
-                share[i] = self._ds_replay[float(t)] = float(deepspeed_replay_regather(self.layer_tensors, [t])[0])
-        return np.asarray(share, dtype=float)[which.reshape(tp.shape)]
+        new = [float(t) for t in degrees if float(t) not in self._ds_replay]
+        if new:
+            self._ds_replay.update(zip(new, deepspeed_replay_regather(self.layer_tensors, new).tolist()))
+        return np.array([self._ds_replay[float(t)] for t in degrees])[which.reshape(tp.shape)]
 
     def _fp8(self, dev, cal: dict) -> None:
         """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).
