@@ -51,14 +51,15 @@ def test_generic_model_only_data_parallel():
 
 
 def test_rows_array_is_the_rows_as_floats():
-    """The float array enumeration builds beside its rows (the engine's input) equals converting the rows one
-    value at a time: every run of rows in order, mixed ZeRO choices, schedules, hooks, batches, MoE, an eager core,
-    a generic model; a slice falls back to converting its tuples."""
+    """The float array enumeration assembles (the engine's input) equals its rows built as tuples the plain way
+    and converted one value at a time: every run of rows in order, mixed ZeRO choices, schedules, hooks, batches,
+    MoE, an eager core, a generic model; one row read off the array before any tuple exists is that tuple and
+    the same plan; a slice falls back to converting its tuples."""
     import itertools
 
     import numpy as np
 
-    from gpuadvisor.candidates import COLUMNS, enumerate_rows
+    from gpuadvisor.candidates import COLUMNS, enumerate_rows, row_plan
     from gpuadvisor.costmodel.combine import make_context
     from gpuadvisor.costmodel.engine import _as_array, evaluate_batch
 
@@ -67,6 +68,10 @@ def test_rows_array_is_the_rows_as_floats():
              ("hgx-h100-8x", "mixtral-8x7b", {}, {}), ("a6000-4x-pcie", "resnet18", {}, {})]
     for preset, model, settings, kw in cases:
         rows = enumerate_rows(load_preset(preset), make_workload(model, **settings), **kw)
+        picks = [0, len(rows) // 3, len(rows) - 1]
+        read = [rows[i] for i in picks]  # off the array: no tuple built yet
+        assert [rows.tuples()[i] for i in picks] == read, model
+        assert [row_plan(r) for r in read] == [row_plan(rows.tuples()[i]) for i in picks], model
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=len(rows) * len(COLUMNS))
         assert len(rows) > 100 and np.array_equal(rows.array, flat.reshape(len(rows), len(COLUMNS))), model
         assert _as_array(rows) is rows.array

@@ -22,9 +22,10 @@ batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
 and dp = world/(tp·pp) dividing the batch (x3 batches with allow_batch_change). The batch enters only through
 divisibility, in O(max_mb) integer steps (`small_divisors`): a 2^31 batch gives the same rows as 2^20 on up to
 1,024 devices.
-Measured (7B at the 2^31 batch, default knobs, 2 shared cores whose speed varies up to 2x run to run, with the
-rows' float array `Rows.array`): 128x8 GPUs 189k rows in 0.18-0.37 s; 16,384x8 (the schema's largest device
-count) 406k rows in 0.44-1.0 s; 128x1,024 928k rows in 1.4-1.9 s (benchmarks/ranking_speed.py).
+Measured (7B at the 2^31 batch, default knobs, 2 shared cores whose speed varies up to 2x run to run, the rows
+kept as their float array `Rows.array`, tuples only on demand): 128x8 GPUs 192k rows in 0.08-0.11 s; 16,384x8
+(the schema's largest device count) 413k rows in 0.20-0.49 s; 128x1,024 939k rows in 1.0-1.1 s
+(benchmarks/ranking_speed.py; with a tuple per row built as well: 0.24-0.28, 0.72-0.78 and 1.4-2.1 s).
 """
 from __future__ import annotations
 
@@ -156,13 +157,37 @@ def _batches(workload: Workload, sp: SearchSpace, allow_batch_change: bool | Non
         "training": workload.training.model_copy(update={"global_batch": gb})})) for gb in batches]
 
 
-class Rows(list):
-    """The enumeration's rows (tuples, COLUMNS order) and, built beside them, the same rows as one float array
-    (`array`): the engine's input, without converting 23 Python values per row (np.fromiter over the tuples took
-    ~20 ms of the ~115 ms that ranking 31.7k rows of 7B on 4 x 8 A100 costs here). A slice or copy is a plain
-    list and is converted the slow way."""
+class Rows(Sequence):
+    """The enumeration's rows: one float array (`array`, COLUMNS order), the engine's input, and the same rows as
+    tuples on demand. The array is assembled from the templates and runs that `_Blocks` collects; the tuples are
+    built from the same templates and runs the plain way, one Python tuple per row, only when something iterates
+    them (tests, `enumerate_plans`): building them on every enumeration took ~20 ms of the ~100 ms that ranking
+    32.8k rows of 7B on 4 x 8 A100 costs here. One row (`rows[i]`, what a shown plan needs) is read off the
+    array. A slice is a plain list of tuples."""
 
-    array: np.ndarray
+    def __init__(self, blocks: "_Blocks") -> None:
+        self._blocks = blocks
+        self.array: np.ndarray = blocks.array()
+        self._tuples: list[tuple] | None = None
+
+    def tuples(self) -> list[tuple]:
+        """Every row as a tuple (built once)."""
+        if self._tuples is None:
+            self._tuples = self._blocks.tuples()
+        return self._tuples
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return self.tuples()[i]
+        if self._tuples is not None:
+            return self._tuples[i]
+        return tuple(self.array[i].tolist())
+
+    def __iter__(self):
+        return iter(self.tuples())
 
 
 class _Blocks:
@@ -188,6 +213,16 @@ class _Blocks:
         self.chunks.append(template)
         self.leads.append(lead)
 
+    def tuples(self) -> list[tuple]:
+        """The rows as tuples, run by run: the lead, the template's tail and meta, in COLUMNS order."""
+        out: list[tuple] = []
+        for template, lead in zip(self.chunks, self.leads):
+            nodes, gpn, ep, overlap, gb = self.meta[template]
+            out.extend([lead + (sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes, gpn, ep, bool(overlap), impl,
+                                ra, gb)
+                        for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in self.tails[template]])
+        return out
+
     def array(self) -> np.ndarray:
         sizes = np.array([len(t) for t in self.tails], dtype=np.int64)
         chunk = np.array(self.chunks, dtype=np.int64)
@@ -211,7 +246,7 @@ class _Blocks:
 
 def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices: bool = True,
                    allow_tp_across_nodes: bool = False, allow_comm_hooks: bool = False,
-                   allow_batch_change: bool | None = None, space: SearchSpace | None = None) -> list[tuple]:
+                   allow_batch_change: bool | None = None, space: SearchSpace | None = None) -> Rows:
     """Every candidate as a row of COLUMNS (no pydantic objects: the batch cost model's input).
 
     Same candidates, same order as `enumerate_plans`; every row is a valid plan (tests check both).
@@ -224,15 +259,13 @@ def enumerate_rows(cluster: Cluster, workload: Workload, *, allow_fewer_devices:
     n_nodes, gpn_max = len(cluster.nodes), min(cluster.devices_per_node)
     node_counts = _counts(n_nodes) if sp.allow_fewer_devices else [n_nodes]
     gpn_counts = _counts(gpn_max) if sp.allow_fewer_devices else [gpn_max]
-    rows = Rows()
     blocks = _Blocks()
     gpu = cluster.nodes[0].devices[0].kind == "gpu"
     for _, wl in _batches(workload, sp, allow_batch_change):
         for nodes in node_counts:
             for gpn in gpn_counts:
-                _for_world(rows, blocks, wl, sp, nodes, gpn, transformer, gpu)
-    rows.array = blocks.array()
-    return rows
+                _for_world(blocks, wl, sp, nodes, gpn, transformer, gpu)
+    return Rows(blocks)
 
 
 def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices: bool = True,
@@ -256,7 +289,7 @@ def enumerate_plans(cluster: Cluster, workload: Workload, *, allow_fewer_devices
         yield plan
 
 
-def _for_world(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool,
+def _for_world(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, transformer: bool,
                gpu: bool) -> None:
     """Rows on exactly nodes × gpn devices."""
     world = nodes * gpn
@@ -278,10 +311,10 @@ def _for_world(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes
             dp = world // (tp * pp)
             if gb % dp:
                 continue
-            _for_degrees(rows, blocks, wl, sp, nodes, gpn, dp, tp, pp, gpu)
+            _for_degrees(blocks, wl, sp, nodes, gpn, dp, tp, pp, gpu)
 
 
-def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int,
+def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int,
                  pp: int, gpu: bool) -> None:
     """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order; each ZeRO row
     with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes and above DeepSpeed's
@@ -308,7 +341,7 @@ def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nod
     # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
     exceed: dict[tuple[int, int, int], bool] = {}
     impls: dict[tuple, int] = {}
-    tails: dict[tuple, tuple[list[tuple], int]] = {}  # -> (tail rows, their template in `blocks`)
+    tails: dict[tuple, int] = {}  # -> the tail rows' template in `blocks`
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
@@ -330,7 +363,7 @@ def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nod
                     sp.pruned["out of device memory"] = sp.pruned.get("out of device memory", 0) + cut
                     continue
                 # the columns after (dp, tp, pp, zero, off, mb, m) repeat for every micro-batch with the same
-                # schedules: built once, then one comprehension per micro-batch (nested appends were ~2x slower)
+                # schedules: built once as a template, then one run per micro-batch (_Blocks)
                 tkey = (zero, off, ep, tuple(scheds))
                 if tkey not in tails:
                     tail: list[tuple] = []
@@ -349,12 +382,8 @@ def _for_degrees(rows: list, blocks: _Blocks, wl: Workload, sp: SearchSpace, nod
                                                                    zero_offload=bool(off), hpz=hpz, nodes=nodes,
                                                                    gpu=gpu))
                                         tail.append((sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra))
-                    tails[tkey] = (tail, blocks.template(tail, nodes, gpn, ep, gb))
-                tail, template = tails[tkey]
-                blocks.emit(template, (dp, tp, pp, zero, off, mb, m))
-                rows.extend([(dp, tp, pp, zero, off, mb, m, sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes,
-                              gpn, ep, False, impl, ra, gb)
-                             for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in tail])
+                    tails[tkey] = blocks.template(tail, nodes, gpn, ep, gb)
+                blocks.emit(tails[tkey], (dp, tp, pp, zero, off, mb, m))
 
 
 def expert_parallel_degrees(wl: Workload, dp: int, tp: int) -> list[int]:

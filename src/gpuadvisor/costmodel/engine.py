@@ -205,7 +205,7 @@ def _unique_degrees(a: np.ndarray) -> tuple[np.ndarray, list]:
 
 
 def _as_array(rows: Sequence[tuple]) -> np.ndarray:
-    """The rows as one float array: the one enumeration built beside them (candidates.enumerate.Rows), else from a
+    """The rows as one float array: the one enumeration assembled (candidates.enumerate.Rows), else from a
     list of tuples through one flat iterator (np.asarray converts tuple by tuple and took 20 ms of the 100 ms that
     31.7k rows (7B on 4 x 8 A100) cost to rank; the flat iterator still takes ~20 ms here)."""
     built = getattr(rows, "array", None)
