@@ -21,7 +21,7 @@ from gpuadvisor.publicruns.evaluate import (GROUP_FIELDS, MEGATRON_WEAK_SCALING,
 
 #: What the Megatron TFLOP/s check must assume: the weak-scaling table gives no micro-batch or recompute,
 #: and its distributed optimizer runs with TP/PP, which Plan cannot combine.
-MEGATRON_APPROXIMATIONS = ("micro-batch", "recompute-unstated")
+MEGATRON_APPROXIMATIONS = ("micro-batch", "recompute-unstated", "pp-schedule")
 
 
 def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:

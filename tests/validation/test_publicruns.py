@@ -161,6 +161,32 @@ def test_torchtitan_kernels_follow_whether_and_when_it_compiled(runs):
     assert to_inputs(_run(runs, "llmfoundry_mpt:179")).workload.training.kernels == "fused"
 
 
+def test_megatron_readme_pipelines_run_interleaved_with_the_fewest_virtual_stages(runs):
+    """The Megatron-LM README overlaps pipeline communication, which Megatron does only in its interleaved schedule:
+    under `pp-schedule` each pipeline row gets the fewest virtual stages its layers per stage allow (70B: 84 / 2 =
+    42 -> 2; 119B: 92 / 4 = 23 -> 23; 462B: 112 / 16 = 7 -> 7; the strong-scaling 175B: 16 -> 2); without it the
+    row is refused; rows without a pipeline, and other sources, keep their schedule."""
+    all_but = [a for a in LIMITS if a != "pp-schedule"]
+    for ref, v in (("megatron_lm:5", 2), ("megatron_lm:6", 23), ("megatron_lm:9", 7), ("megatron_lm:17", 2)):
+        plan = to_inputs(_run(runs, ref), approximate=list(LIMITS)).plan
+        assert (plan.pp_schedule, plan.pp_virtual_stages) == ("interleaved", v), ref
+        with pytest.raises(Unsupported, match="pipeline schedule not stated"):
+            to_inputs(_run(runs, ref), approximate=all_but)
+    flat = to_inputs(_run(runs, "megatron_lm:4"), approximate=all_but).plan  # 32B: TP 8, no pipeline
+    assert (flat.pp, flat.pp_schedule, flat.pp_virtual_stages) == (1, "1f1b", 1)
+    titan = [r for r in runs if r.source_id.startswith("torchtitan") and (r.pp or 1) > 1 and not r.vpp]
+    assert titan and all(to_inputs(r, approximate=list(LIMITS)).plan == to_inputs(r, approximate=all_but).plan
+                         for r in titan if _maps(r))
+
+
+def _maps(run) -> bool:
+    try:
+        to_inputs(run, approximate=list(LIMITS))
+    except Unsupported:
+        return False
+    return True
+
+
 def test_shard_grad_op_is_zero2_and_roce_nodes_get_their_rails(runs):
     r = _find(runs, family="llmfoundry_mpt", fsdp_mode="SHARD_GRAD_OP")
     inp = to_inputs(r)
@@ -249,10 +275,13 @@ def test_megatron_weak_scaling_needs_stated_approximations(runs):
     with pytest.raises(Unsupported) as exc:
         to_inputs(r)
     assert {"micro-batch not stated", "activation checkpointing not stated"} <= set(exc.value.reasons)
-    inp = to_inputs(r, approximate=["micro-batch", "recompute-unstated"])
+    with pytest.raises(Unsupported, match="pipeline schedule not stated"):
+        to_inputs(r, approximate=["micro-batch", "recompute-unstated"])
+    inp = to_inputs(r, approximate=["micro-batch", "recompute-unstated", "pp-schedule"])
     p = inp.plan
     # the distributed optimizer (ZeRO-1) with TP8 x PP2 is a plan of its own now, not an approximation
     assert (p.dp, p.tp, p.pp, p.micro_batch_size, p.num_micro_batches) == (48, 8, 2, 1, 8)
+    assert (p.pp_schedule, p.pp_virtual_stages) == ("interleaved", 2)
     assert p.zero_stage == 1
     assert p.sequence_parallel and inp.cluster.network.link_speed_gbit_per_s == 400
     with pytest.raises(ValueError, match="unknown approximation"):

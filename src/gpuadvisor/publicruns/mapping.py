@@ -43,6 +43,9 @@ LIMITS: dict[str, str] = {
                            "their host copies are not priced, and the device holds them",
     "network-unstated": "inter-node network not stated -> the GPU generation's DGX SuperPOD compute fabric, one "
                         "rail per GPU: 200 Gb/s HDR InfiniBand for A100, 400 Gb/s NDR for H100, H200 and B200",
+    "pp-schedule": "pipeline schedule not stated where the source overlaps pipeline communication, which Megatron "
+                   "does only in its interleaved schedule -> interleaved with the fewest virtual stages the layers "
+                   "allow",
     "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
                   "scaling on Hopper) -> per-tensor FP8 (their extra scale traffic and slower GEMMs are not priced)",
 }
@@ -120,6 +123,14 @@ TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
 #: set_llama3_common_configs; the DeepSeek and Qwen3 configs alike), as NeMo 2's FP8 perf scripts did
 #: (recipe.trainer.plugins.grad_reduce_in_fp32 = False). Megatron-LM's own scripts keep its fp32 default for bf16.
 BF16_REDUCE_RECIPES = re.compile(r"megatron-bridge", re.IGNORECASE)
+#: Sources that overlap Megatron's pipeline communication with computation without stating the schedule: the
+#: Megatron-LM README's H100 scaling runs ("We perform fine-grained overlapping of data-parallel (...),
+#: tensor-parallel (`--tp-comm-overlap`) and pipeline-parallel communication (enabled by default) with computation",
+#: NVIDIA/Megatron-LM README.md, Training Speed and Scalability; the table and the strong-scaling plot are the same
+#: runs). Megatron overlaps pipeline P2P only in its interleaved schedule: without virtual stages
+#: megatron/training/arguments.py switches overlap_p2p_comm off ("non-interleaved schedule does not support
+#: overlapping p2p communication") and forward_backward_pipelining_without_interleaving raises on it.
+P2P_OVERLAP_SOURCES = frozenset({"megatron_h100_weak_scaling_table", "megatron_h100_strong_scaling_plot"})
 #: Megatron-DeepSpeed builds Megatron's own layers, whose attention core is unfused (materialised scores) unless the
 #: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"
 UNFUSED_FRAMEWORKS = re.compile(r"megatron-deepspeed", re.IGNORECASE)
@@ -539,6 +550,24 @@ def titan_stages_per_rank(run: PublicRun) -> int:
     return 1
 
 
+def megatron_stages_per_rank(run: PublicRun, layers: int, pp: int, m: int, approximate: Collection[str],
+                             notes: list[str]) -> int:
+    """Virtual pipeline stages per rank of a row whose source overlaps pipeline communication (P2P_OVERLAP_SOURCES)
+    but leaves the schedule unstated: the `pp-schedule` approximation, the fewest the layers allow (the smallest
+    divisor above 1 of the layers per stage; Megatron's --num-layers-per-virtual-pipeline-stage splits a stage's
+    layers evenly, and r0.8's interleaved schedule needs the micro-batch count a multiple of pp). 0 for every
+    other row (the schedule is the row's, or torchtitan's default: titan_stages_per_rank)."""
+    if run.vpp or pp <= 1 or run.source_id not in P2P_OVERLAP_SOURCES:
+        return 0
+    _limit("pp-schedule", "pipeline schedule not stated", approximate, notes)
+    per = layers // pp
+    v = next((d for d in range(2, per + 1) if per % d == 0), 1) if layers % pp == 0 and m % pp == 0 else 1
+    if v > 1:
+        notes.append(f"interleaved pipeline, {v} virtual stages of {per // v} layer(s) per rank (the fewest "
+                     f"{per} layers per stage allow)")
+    return v
+
+
 def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[str],
              pp: int = 1) -> tuple[int, int]:
     """(micro-batch, micro-batches per step) with dp * mb * m = global batch.
@@ -565,11 +594,12 @@ def batch_of(run: PublicRun, dp: int, approximate: Collection[str], notes: list[
 
 
 def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int, int],
-            sharding: tuple[int, int], batch: tuple[int, int], recompute: float, notes: list[str]) -> Plan:
-    """The Plan from the mapped pieces; Unsupported if Plan refuses the combination."""
+            sharding: tuple[int, int], batch: tuple[int, int], recompute: float, notes: list[str],
+            vpp: int = 0) -> Plan:
+    """The Plan from the mapped pieces; Unsupported if Plan refuses the combination. `vpp`: virtual stages per
+    rank already chosen (megatron_stages_per_rank), else the row's or torchtitan's default."""
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
-    vpp = titan_stages_per_rank(run)
-    if vpp > 1 and not run.vpp:
+    if not vpp and (vpp := titan_stages_per_rank(run)) > 1 and not run.vpp:
         notes.append(f"looped pipeline schedule: torchtitan's default {vpp} stages per rank")
     sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
     if sp:
@@ -644,6 +674,9 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     if degrees:
         sharding = attempt(sharding_of, run, *degrees, approximate, notes)
         batch = attempt(batch_of, run, degrees[0], approximate, notes, degrees[2])
+    vpp = 0
+    if model and degrees and batch:
+        vpp = attempt(megatron_stages_per_rank, run, model.n_layers, degrees[2], batch[1], approximate, notes) or 0
     if placement and placement[0] > 1 and (reasons or not spec):
         attempt(network_of, run, placement[1], [], spec, approximate)  # only for its reason: no cluster is built
     cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate) if spec and placement and not reasons
@@ -653,7 +686,7 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     if reasons:
         raise Unsupported(*reasons)
     assert cluster is not None  # built whenever no reason was recorded
-    plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes)
+    plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes, vpp)
     kernel = ("cudnn" if TE_FRAMEWORKS.search(run.framework) else
               "eager" if UNFUSED_FRAMEWORKS.search(run.framework) and not FLASH_SOFTWARE.search(run.software or "")
               else "flash")
