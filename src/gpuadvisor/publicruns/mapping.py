@@ -599,8 +599,10 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     """The Plan from the mapped pieces; Unsupported if Plan refuses the combination. `vpp`: virtual stages per
     rank already chosen (megatron_stages_per_rank), else the row's or torchtitan's default."""
     (dp, tp, pp), (nodes, gpn), (zero, offload), (mb, m) = degrees, placement, sharding, batch
-    if not vpp and (vpp := titan_stages_per_rank(run)) > 1 and not run.vpp:
-        notes.append(f"looped pipeline schedule: torchtitan's default {vpp} stages per rank")
+    if not vpp:
+        vpp = titan_stages_per_rank(run)
+        if vpp > 1 and not run.vpp:
+            notes.append(f"looped pipeline schedule: torchtitan's default {vpp} stages per rank")
     sp = tp > 1 and bool(SEQUENCE_PARALLEL_FRAMEWORKS.search(run.framework))
     if sp:
         notes.append("tensor parallelism with sequence parallelism (framework default)")
