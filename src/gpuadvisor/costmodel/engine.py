@@ -17,7 +17,7 @@ import numpy as np
 
 from ..candidates.enumerate import CORE_RECOMPUTE, HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
-from ..schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE, fsdp_by_default
+from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, fsdp_by_default
 from .analytical import Context
 from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
@@ -307,7 +307,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
     # (and DeepSpeed keeps what _ds_reuse says: `kept`, `replay` above)
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rcx, layers, t_layer, t_head, e_shard,
-                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer), kept, replay)
+                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer), kept, replay, agb)
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
     # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
     ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, layers, zrb, kept, replay), 0.0)
@@ -749,8 +749,59 @@ def _ds_reuse(ctx: Context, tp, e_shard, layers, rc, fsdp) -> tuple[np.ndarray, 
     return np.where(fsdp, 0.0, kept), np.where(fsdp, 0.0, replay)
 
 
+def _ds_module_chain(numels, gather_s, compute_s, bucket, cap: float = DEEPSPEED_MAX_LIVE_PARAMETERS) -> np.ndarray:
+    """Seconds of one layer's gathers that DeepSpeed ZeRO-3's prefetch leaves exposed, module by module, per row.
+
+    `numels` (rows x modules): per-rank elements of each module the pass meets, in the order it meets them (0 for
+    a norm, whose persistent parameters are never gathered); `gather_s` / `compute_s`: the layer's gather and
+    compute seconds, shared out by elements. DeepSpeed's fetch_sub_module (partitioned_param_coordinator.py), at
+    each module's pre-forward hook: gathers the module if no prefetch did (the compute waits for it), then pops the
+    trace's next parameters while what it pops stays under min(max_live_parameters - elements gathered now,
+    stage3_prefetch_bucket_size), each one more all-gather on the one all-gather stream; the module is released
+    after it computes. So a module as large as the live-parameter cap (1e9 elements: a 530B's 1.7e9-element MLP
+    Linear) prefetches nothing while it computes, and the gather after it waits in the open. Three layers are
+    simulated; the middle one is returned (steady state)."""
+    rows, n = numels.shape
+    seq = np.tile(numels, 3)
+    total = np.maximum(numels.sum(axis=1), 1.0)
+    g_el, c_el = gather_s / total, compute_s / total  # seconds per element
+    done = np.zeros_like(seq)
+    issued = seq <= 0  # a norm's parameters are resident
+    now, free, live, exposed = (np.zeros(rows) for _ in range(4))
+    head = np.zeros(rows, dtype=np.int64)  # the prefetch queue's next module
+    for j in range(3 * n):
+        need = ~issued[:, j]  # gathered on demand at its own hook
+        fin = np.maximum(now, free) + seq[:, j] * g_el
+        done[:, j] = np.where(need, fin, done[:, j])
+        free = np.where(need, fin, free)
+        live = live + np.where(need, seq[:, j], 0.0)
+        issued[:, j] = True
+        head = np.maximum(head, j + 1)
+        wait = np.where(seq[:, j] > 0, np.maximum(0.0, done[:, j] - now), 0.0)
+        if n <= j < 2 * n:
+            exposed = exposed + wait
+        now = now + wait
+        budget, popped = np.minimum(cap - live, bucket), np.zeros(rows)
+        for k in range(j + 1, 3 * n):
+            open_ = (popped < budget) & (head <= k)
+            if not open_.any():
+                break
+            go = open_ & (head == k) & ~issued[:, k]
+            skip = open_ & (head == k) & issued[:, k]  # a norm: nothing to gather, the queue moves on
+            fin = np.maximum(now, free) + seq[:, k] * g_el
+            done[:, k] = np.where(go, fin, done[:, k])
+            free = np.where(go, fin, free)
+            live = live + np.where(go, seq[:, k], 0.0)
+            popped = popped + np.where(go, seq[:, k], 0.0)
+            issued[:, k] |= go
+            head = np.where(go | skip, k + 1, head)
+        now = now + seq[:, j] * c_el
+        live = live - seq[:, j]
+    return exposed
+
+
 def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
-                          gathers=1.0, kept=0.0, replay=0.0):
+                          gathers=1.0, kept=0.0, replay=0.0, bucket=None):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -787,9 +838,35 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     # the backward starts with the layers it kept (their gradients' reduce-scatter only), then re-gathers the rest
     k = np.minimum(kept, layers - 1.0)
     ag_re = ag_bwd * (1.0 + replay)
-    fwd_exp = (layers - 1) * np.maximum(0.0, ag - t_f) + ag
-    bwd_exp = (layers - 1 - k) * np.maximum(0.0, ag_re + rs - t_b) + k * np.maximum(0.0, rs - t_b) + rs
-    hidden = ((layers - 1) * np.minimum(ag, t_f) + (layers - 1 - k) * np.minimum(ag_re + rs, t_b)
+    # a layer's gathers hide behind the layer before it (FSDP's block prefetch); DeepSpeed gathering Linear by
+    # Linear prefetches module by module under its live-parameter cap (_ds_module_chain; the backward meets the
+    # modules in reverse, its replay's and re-gathers shared out the same way), and the reduce-scatter hides in
+    # what compute the gathers leave
+    fwd_gap = np.maximum(0.0, ag - t_f)
+    bwd_gap = np.maximum(0.0, ag_re + rs - t_b)
+    on = (zero >= 3) & (dp > 1) & (pp == 1)
+    chain = on & (np.asarray(gathers) > 1.0) & bool(len(ctx.ds_modules))
+    if chain.any():
+        # a window of a layer or more (bucket >= a layer, cap >= two) streams as the layer-level prefetch does:
+        # simulated only where it is shorter
+        layer = ctx.ds_modules.sum() / np.asarray(tp, dtype=float)
+        agb_all = 500_000_000.0 if bucket is None else np.asarray(bucket, dtype=float)
+        chain &= (agb_all < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer)
+    if chain.any():
+        i = np.flatnonzero(chain)
+        per_rank = ctx.ds_modules[None, :] / np.broadcast_to(tp, chain.shape)[i, None]
+        agb = np.broadcast_to(500_000_000.0 if bucket is None else bucket, chain.shape)[i]
+        pick = (lambda x: np.broadcast_to(x, chain.shape)[i])
+        f_gap = _ds_module_chain(per_rank, pick(ag), pick(t_f), agb)
+        b_gath = _ds_module_chain(per_rank[:, ::-1], pick(ag_re), pick(t_b), agb)
+        b_gap = b_gath + np.maximum(0.0, pick(rs) - np.maximum(0.0, pick(t_b) - (pick(ag_re) - b_gath)))
+        fwd_gap = np.broadcast_to(fwd_gap, chain.shape).copy()
+        bwd_gap = np.broadcast_to(bwd_gap, chain.shape).copy()
+        fwd_gap[i] = np.maximum(fwd_gap[i], f_gap)
+        bwd_gap[i] = np.maximum(bwd_gap[i], b_gap)
+    fwd_exp = (layers - 1) * fwd_gap + ag
+    bwd_exp = (layers - 1 - k) * bwd_gap + k * np.maximum(0.0, rs - t_b) + rs
+    hidden = ((layers - 1) * (ag - fwd_gap) + (layers - 1 - k) * (ag_re + rs - bwd_gap)
               + k * np.minimum(rs, t_b))
     exposed = fwd_exp + bwd_exp + np.maximum(0.0, t_ends - t_head) + ctx.z3_contention * hidden
     n = g.n
@@ -797,7 +874,7 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     with np.errstate(divide="ignore", invalid="ignore"):
         sent = ((layers * (per_layer + grads) + regathered * per_layer) * (n - 1) / n
                 + (2.0 if ctx.adapters else 3.0) * ends * (n - 1) / n)
-    on = (zero >= 3) & (dp > 1) & (pp == 1)  # with PP the stage's FSDP syncs once per step (_data_parallel)
+    # `on` (above): with PP the stage's FSDP syncs once per step (_data_parallel)
     return np.where(on, exposed, 0.0), np.where(on, sent, 0.0)
 
 

@@ -117,6 +117,16 @@ class LayerShape:
         ffn = (1 + self.n_experts * mlp + (mlp if self.shared_d_ff else 0)) if self.moe else mlp
         return 4 + ffn
 
+    def gathered_module_numels(self) -> list[int]:
+        """Elements of each module DeepSpeed ZeRO-3's hooks meet in one layer's forward, in order: the input norm,
+        Q, K, V, O, the post-attention norm, then the MLP's Linears (gate, up, down; or fc1, fc2). The norms hold
+        persistent parameters (0 here: never gathered, stage3_param_persistence_threshold) but their hooks run the
+        prefetch too. Dense layers only (an MoE layer's experts run in a data-dependent order): [] for MoE."""
+        if self.moe:
+            return []
+        d, q, k = self.d_model, self.q_dim, self.kv_dim
+        return [0, d * q, d * k, d * k, q * d, 0] + [d * self.d_ff] * (3 if self.gated else 2)
+
     def tensor_numels(self) -> list[int]:
         """The layer's parameter tensors, one entry each, in forward order: what a runtime that walks parameters
         one by one (DeepSpeed ZeRO-3's gathers and gradient buckets) iterates over. Q, K and V are separate

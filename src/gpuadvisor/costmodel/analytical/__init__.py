@@ -256,6 +256,9 @@ class Context:
         # DeepSpeed ZeRO-3 gathers Linear by Linear once the model outgrows its live-parameter cap (engine)
         self.ds_gathers_per_layer = (float(self.shape.gathered_modules())
                                      if self.shape is not None and deepspeed_gathers_by_module(m) else 1.0)
+        # ... and the modules its hooks meet, whose prefetch its live-parameter cap gates (engine._ds_module_chain)
+        self.ds_modules = (np.array(self.shape.gathered_module_numels(), dtype=float)
+                           if self.shape is not None and deepspeed_gathers_by_module(m) else np.zeros(0))
         self._ds_interleaved: dict[float, float] = {}
         self._ds_replay: dict[float, float] = {}
         self.single_best_tps: Optional[float] = None
