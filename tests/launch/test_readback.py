@@ -340,3 +340,17 @@ def test_a_non_default_reuse_distance_is_said_to_be_priced_at_the_default(tmp_pa
     cfg["zero_optimization"]["stage3_max_reuse_distance"] = 1_000_000_000
     (tmp_path / "b.json").write_text(json.dumps(cfg))
     assert not [n for n in read_config(tmp_path / "b.json", world=4, global_batch=8).notes if "priced at" in n]
+
+
+@pytest.mark.parametrize("stage,given,want", [(3, None, 50_000_000), (3, 2e8, 200_000_000), (2, None, None),
+                                              (1, 3e8, 300_000_000)])
+def test_a_stage3_json_without_a_prefetch_bucket_runs_deepspeeds_default(tmp_path, stage, given, want):
+    """stage3_prefetch_bucket_size defaults to 5e7 elements in DeepSpeed (runtime/zero/config.py), not to the plan's
+    500M that the hand-over writes: a stage-3 JSON without it is priced with DeepSpeed's default, which decides
+    how far its prefetch runs ahead (costmodel.engine._ds_module_chain). Stages 1/2 read allgather_bucket_size."""
+    zero = {"stage": stage}
+    if given is not None:
+        zero["stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size"] = given
+    cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    assert read_config(tmp_path / "ds.json", world=4, global_batch=8).plan.get("zero_allgather_bucket_size") == want

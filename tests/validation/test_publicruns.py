@@ -179,6 +179,16 @@ def test_megatron_readme_pipelines_run_interleaved_with_the_fewest_virtual_stage
                          for r in titan if _maps(r))
 
 
+def test_deepspeed_zero3_rows_run_deepspeeds_prefetch_bucket(runs):
+    """The Azure ZeRO-3 rows state no stage3_prefetch_bucket_size: DeepSpeed's default 5e7 elements, said in the
+    row's assumptions; FSDP rows keep the plan's default."""
+    azure = to_inputs(_find(runs, source_id="deepspeed_azure_2022", model_name="GPT 530B"), approximate=list(LIMITS))
+    assert azure.plan.zero_impl == "deepspeed" and azure.plan.zero_allgather_bucket_size == 50_000_000
+    assert any("stage3_prefetch_bucket_size" in n for n in azure.assumptions)
+    mpt = to_inputs(_find(runs, family="llmfoundry_mpt", fsdp_mode="FULL_SHARD"))
+    assert mpt.plan.zero_impl == "fsdp" and mpt.plan.zero_allgather_bucket_size == 500_000_000
+
+
 def _maps(run) -> bool:
     try:
         to_inputs(run, approximate=list(LIMITS))

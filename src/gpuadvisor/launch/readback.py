@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import UserError
-from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE
+from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, DEEPSPEED_PREFETCH_BUCKET
 from . import megatron_shape
 from .values import positive_int as _int
 
@@ -136,6 +136,8 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")
     if bucket is not None:
         rb.plan["zero_allgather_bucket_size"] = int(float(bucket))
+    elif stage == 3:  # DeepSpeed's own default, not the plan's (the hand-over writes its 500M explicitly)
+        rb.plan["zero_allgather_bucket_size"] = DEEPSPEED_PREFETCH_BUCKET
     if stage == 0:
         # no ZeRO: the engine all-reduces the gradients in buffers after the backward (engine.py
         # allreduce_gradients -> buffered_allreduce_fallback), whatever overlap_comm says

@@ -16,6 +16,7 @@ from ..errors import UserError, validation_message
 from ..hardware.cluster_file import cluster_from_dict
 from ..knowledge import GpuSpec, gpu_spec, load_links
 from ..schemas import Cluster, Plan, Workload
+from ..schemas.plan import DEEPSPEED_PREFETCH_BUCKET
 from ..schemas.workload import ModelSpec, TrainingSettings
 from .load import PublicRun
 from .metrics import GPT2_VOCAB
@@ -614,13 +615,18 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
         overlap = True
         notes.append("TP communication overlapped with GEMMs: the NeMo / Megatron-Bridge Llama 3 recipes' "
                      "CommOverlapConfig(tp_comm_overlap=True)")
+    impl = zero_impl_of(run, zero)
+    prefetch = {}
+    if impl == "deepspeed" and zero == 3:  # the row states no stage3_prefetch_bucket_size: DeepSpeed's default
+        prefetch = {"zero_allgather_bucket_size": DEEPSPEED_PREFETCH_BUCKET}
+        notes.append(f"DeepSpeed's default stage3_prefetch_bucket_size ({DEEPSPEED_PREFETCH_BUCKET:,} elements)")
     try:
         return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
                     **Plan.offload_fields(offload, zero), micro_batch_size=mb, num_micro_batches=m,
                     pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else
                                               Plan.recompute_fields(recompute)),
-                    sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=zero_impl_of(run, zero))
+                    sequence_parallel=sp, nodes=nodes, devices_per_node=gpn, zero_impl=impl, **prefetch)
     except ValueError as exc:
         raise Unsupported(f"Plan refuses: {validation_message(exc)}") from None
 

@@ -348,6 +348,14 @@ DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
 
 
+#: DeepSpeed ZeRO-3's default prefetch bucket (stage3_prefetch_bucket_size: 5e7 elements, DeepSpeed
+#: runtime/zero/config.py `prefetch_bucket_size`): how many elements each module's hook may pop ahead
+#: (partitioned_param_coordinator.fetch_sub_module; costmodel.engine._ds_module_chain). A DeepSpeed JSON or a
+#: measured run that does not set it runs with this; the hand-over writes the plan's zero_allgather_bucket_size
+#: (500M) there instead.
+DEEPSPEED_PREFETCH_BUCKET = 50_000_000
+
+
 def deepspeed_gathers_by_module(model: ModelSpec) -> bool:
     """Whether DeepSpeed ZeRO-3 gathers `model` one Linear at a time (above DEEPSPEED_MAX_LIVE_PARAMETERS)."""
     return model.kind == "transformer" and model.params > DEEPSPEED_MAX_LIVE_PARAMETERS
