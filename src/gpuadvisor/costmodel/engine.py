@@ -846,19 +846,20 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     bwd_gap = np.maximum(0.0, ag_re + rs - t_b)
     on = (zero >= 3) & (dp > 1) & (pp == 1)
     chain = on & (np.asarray(gathers) > 1.0) & bool(len(ctx.ds_modules))
+    window = np.inf if bucket is None else np.asarray(bucket, dtype=float)  # no bucket given: the cap alone
     if chain.any():
         # a window of a layer or more (bucket >= a layer, cap >= two) streams as the layer-level prefetch does:
         # simulated only where it is shorter
         layer = ctx.ds_modules.sum() / np.asarray(tp, dtype=float)
-        agb_all = 500_000_000.0 if bucket is None else np.asarray(bucket, dtype=float)
-        chain &= (agb_all < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer)
+        chain &= (window < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer)
     if chain.any():
         i = np.flatnonzero(chain)
-        per_rank = ctx.ds_modules[None, :] / np.broadcast_to(tp, chain.shape)[i, None]
-        agb = np.broadcast_to(500_000_000.0 if bucket is None else bucket, chain.shape)[i]
-        pick = (lambda x: np.broadcast_to(x, chain.shape)[i])
-        f_gap = _ds_module_chain(per_rank, pick(ag), pick(t_f), agb)
-        b_gath = _ds_module_chain(per_rank[:, ::-1], pick(ag_re), pick(t_b), agb)
+
+        def pick(x):
+            return np.broadcast_to(x, chain.shape)[i]
+        per_rank = ctx.ds_modules[None, :] / pick(tp)[:, None]
+        f_gap = _ds_module_chain(per_rank, pick(ag), pick(t_f), pick(window))
+        b_gath = _ds_module_chain(per_rank[:, ::-1], pick(ag_re), pick(t_b), pick(window))
         b_gap = b_gath + np.maximum(0.0, pick(rs) - np.maximum(0.0, pick(t_b) - (pick(ag_re) - b_gath)))
         fwd_gap = np.broadcast_to(fwd_gap, chain.shape).copy()
         bwd_gap = np.broadcast_to(bwd_gap, chain.shape).copy()
