@@ -132,3 +132,37 @@ def test_the_pipeline_engine_reduces_after_the_flush_even_with_overlap_comm(tmp_
     # no JSON: DeepSpeed's default overlaps at stage 3 only
     assert read_megatron(["--deepspeed", "--zero-stage", "1"], world=8).plan["zero_overlap_comm"] is False
     assert "zero_overlap_comm" not in read_megatron(["--deepspeed", "--zero-stage", "3"], world=8).plan
+
+
+@pytest.mark.parametrize("types, bf16_grads", [(None, True), ({"grad_accum_dtype": "fp32"}, False),
+                                               ({"grad_accum_dtype": "bf16"}, True)])
+def test_bf16_under_deepspeed_zero_reduces_what_its_data_types_say(tmp_path, types, bf16_grads):
+    """DeepSpeed accumulates gradients in the model's dtype when ZeRO is on unless data_types.grad_accum_dtype says
+    fp32 (engine.get_data_types; then stage 1 runs BF16_Optimizer's whole-model fp32 buffer): a bf16
+    Megatron-DeepSpeed file reads grad_reduce_in_bf16 unless its JSON asks for fp32, and the read-back predicts
+    the bf16 gradients' smaller memory. Megatron's own flag does not act under --deepspeed."""
+    from gpuadvisor.costmodel.combine import estimate
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.workload.specs import make_workload
+
+    cfg = _ds_config(1)
+    cfg.pop("fp16")
+    cfg["bf16"] = {"enabled": True}
+    if types is not None:
+        cfg["data_types"] = types
+    (tmp_path / "ds_config.json").write_text(json.dumps(cfg))
+    (tmp_path / "args.txt").write_text(ARGS.format(stage=1, pp=2).replace("--fp16", "--bf16")
+                                       + " --grad-reduce-in-bf16")
+    rb = read_config(tmp_path / "args.txt", world=8, global_batch=512)
+    assert rb.precision == "bf16" and rb.plan["zero"] == 1
+    assert rb.grad_reduce_in_bf16 is bf16_grads
+    assert any("DeepSpeed's data_types.grad_accum_dtype decides" in n for n in rb.notes)
+    assert any(("fp32 gradient buffer" in n) != bf16_grads for n in rb.notes if "grad_accum_dtype" in n)
+    # what it moves: the same Megatron plan holds 2 bytes of gradients per parameter instead of 4
+    wl = make_workload("gpt3-1.3b", seq_len=2048, global_batch=512, precision="bf16", kernels="fused")
+    plan = parse_plan("dp=2,tp=2,pp=2,zero=1,mb=2,m=128,nodes=1,gpn=8")
+    def grads(flag):
+        w = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": flag})})
+        return estimate(plan, load_preset("dgx-a100-8x"), w).memory.gradients
+    assert grads(True) == pytest.approx(grads(False) / 2, rel=0.01)

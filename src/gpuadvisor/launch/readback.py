@@ -54,6 +54,8 @@ class ReadBack:
     #: TrainingSettings.grad_reduce_in_bf16: Megatron's --grad-reduce-in-bf16 (a bf16 gradient buffer instead of its
     #: fp32 default with bf16)
     grad_reduce_in_bf16: bool = False
+    #: a DeepSpeed JSON's data_types.grad_accum_dtype as written (lower case; None: not set)
+    grad_accum_dtype: Optional[str] = None
 
     def spec(self) -> str:
         """The plan string (as `predict --plan` takes it)."""
@@ -103,6 +105,9 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     stage = z.get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise UserError(f"{where}: zero_optimization.stage must be 0..3, got {stage!r}")
+    types = data.get("data_types")
+    if isinstance(types, dict) and isinstance(types.get("grad_accum_dtype"), str):
+        rb.grad_accum_dtype = types["grad_accum_dtype"].strip().lower()
     mb = _int(where, "train_micro_batch_size_per_gpu", data.get("train_micro_batch_size_per_gpu", 1))
     gas = _int(where, "gradient_accumulation_steps", data.get("gradient_accumulation_steps", 1))
     if "train_batch_size" in data:
@@ -687,9 +692,12 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     if "--grad-reduce-in-bf16" in switches:
         if rb.precision == "bf16" and "--deepspeed" not in switches:
             rb.grad_reduce_in_bf16 = True
+        elif rb.precision == "bf16":
+            rb.notes.append("--grad-reduce-in-bf16 acts on Megatron's own gradient buffer, not under --deepspeed: "
+                            "DeepSpeed's data_types.grad_accum_dtype decides the gradients' dtype")
         else:
             rb.notes.append("--grad-reduce-in-bf16 acts with --bf16 on Megatron's own gradient buffer (not with "
-                            "--fp16 or under --deepspeed): predicted without it")
+                            "--fp16): predicted without it")
     if "--deepspeed" in switches:
         _megatron_deepspeed(vals, switches, rb, where, base)
     else:
@@ -806,6 +814,7 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
         _deepspeed_stage(stage, pp, switches, rb, where)
         return
     ds = _deepspeed_file(found, f"{where}: DeepSpeed config '{cfg}'")
+    grad_accum = ds.grad_accum_dtype
     rb.notes.extend(f"{found.name}: {n}" for n in ds.notes)
     js = int(ds.plan.get("zero", 0))
     if stage_arg is not None and js != stage:
@@ -819,11 +828,21 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
         rb.notes.append(f"{found.name} trains {ds.precision}, the arguments {rb.precision}: predicted as "
                         f"{ds.precision} (DeepSpeed's engine casts the model)")
         rb.precision = ds.precision
-    _deepspeed_stage(js, pp, switches, rb, where)
+    _deepspeed_stage(js, pp, switches, rb, where, grad_accum)
 
 
-def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, where: str) -> None:
-    """The ZeRO stage DeepSpeed's engine runs, into the plan, and what Megatron-DeepSpeed leaves unmodelled."""
+#: DeepSpeed's names for fp32 in data_types (runtime/config_utils.py DtypeEnum)
+_DS_FP32 = {"fp32", "float32", "float", "torch.float32"}
+
+
+def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, where: str,
+                     grad_accum: Optional[str] = None) -> None:
+    """The ZeRO stage DeepSpeed's engine runs, into the plan, and what Megatron-DeepSpeed leaves unmodelled.
+
+    With bf16 and ZeRO, DeepSpeed accumulates and reduces gradients in the model's dtype unless its JSON says
+    data_types.grad_accum_dtype fp32 (engine.get_data_types), and only then does stage 1 run its BF16_Optimizer
+    with a whole-model fp32 gradient buffer (bf16_optimizer.py `fp32_groups_gradients_flat`): a bf16 Megatron row
+    under --deepspeed reads grad_reduce_in_bf16 unless the JSON asks for fp32 (Megatron's own buffer is fp32)."""
     if stage >= 2 and pp > 1:
         raise UserError(f"{where}: DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-{stage} with "
                         f"--pipeline-model-parallel-size {pp}); use ZeRO stage 1 or --no-pipeline-parallel")
@@ -837,6 +856,15 @@ def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, wher
                             "ReduceGrads step), not during the backward: predicted so")
         if pp > 1 or (stage < 3 and "zero_overlap_comm" not in rb.plan):
             rb.plan["zero_overlap_comm"] = False  # DeepSpeed's default overlaps at stage 3 only
+    if rb.precision == "bf16" and stage >= 1:
+        if grad_accum in _DS_FP32:
+            rb.notes.append(f"data_types.grad_accum_dtype {grad_accum}: DeepSpeed keeps an fp32 gradient buffer for "
+                            "the whole model (its BF16_Optimizer at stage 1), priced as Megatron's")
+        else:
+            rb.grad_reduce_in_bf16 = True
+            rb.notes.append(f"bf16 under DeepSpeed's ZeRO-{stage}: gradients accumulate and reduce in bf16 "
+                            "(DeepSpeed's default grad_accum_dtype with ZeRO is the model's dtype), not in Megatron's "
+                            "fp32 buffer; set data_types.grad_accum_dtype fp32 for that")
     if "--cpu-optimizer" in switches and not rb.plan.get("offload"):
         rb.notes.append("--cpu-optimizer without offload_optimizer in DeepSpeed's JSON: predicted with the "
                         "optimizer on the GPU")
