@@ -166,3 +166,15 @@ def test_bf16_under_deepspeed_zero_reduces_what_its_data_types_say(tmp_path, typ
         w = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": flag})})
         return estimate(plan, load_preset("dgx-a100-8x"), w).memory.gradients
     assert grads(True) == pytest.approx(grads(False) / 2, rel=0.01)
+
+
+def test_an_unknown_gradient_dtype_is_one_line(tmp_path, capsys):
+    """data_types.grad_accum_dtype outside DeepSpeed's names: one line naming the key and the fix, exit 2."""
+    from gpuadvisor.cli import main
+
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+                                                  "zero_optimization": {"stage": 1},
+                                                  "data_types": {"grad_accum_dtype": "fp64"}}))
+    assert main(["predict", "--model", "gpt2", "--preset", "dgx-a100-8x", "--from", str(tmp_path / "ds.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "grad_accum_dtype 'fp64'" in err[0] and "use fp32, bf16 or fp16" in err[0]

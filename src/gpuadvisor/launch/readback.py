@@ -88,6 +88,11 @@ _ZERO_IGNORED = {"contiguous_gradients", "stage3_max_live_parameters", "stage3_m
                  "stage3_gather_fp16_weights_on_model_save", "zeropp_loco_param", "log_trace_cache_warnings"}
 
 
+#: DeepSpeed's names for its dtypes in data_types (runtime/config_utils.py DtypeEnum), fp32's apart
+_DS_FP32 = {"fp32", "float32", "float", "torch.float32"}
+_DS_DTYPES = _DS_FP32 | {"fp16", "float16", "half", "torch.float16", "bf16", "bfloat16", "torch.bfloat16"}
+
+
 def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     """A DeepSpeed config dict -> ReadBack."""
     rb = ReadBack("DeepSpeed JSON")
@@ -106,8 +111,12 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     if stage not in (0, 1, 2, 3):
         raise UserError(f"{where}: zero_optimization.stage must be 0..3, got {stage!r}")
     types = data.get("data_types")
-    if isinstance(types, dict) and isinstance(types.get("grad_accum_dtype"), str):
-        rb.grad_accum_dtype = types["grad_accum_dtype"].strip().lower()
+    if isinstance(types, dict) and types.get("grad_accum_dtype") is not None:
+        dtype = str(types["grad_accum_dtype"]).strip().lower()
+        if dtype not in _DS_DTYPES:
+            raise UserError(f"{where}: data_types.grad_accum_dtype {types['grad_accum_dtype']!r} is not one of "
+                            f"DeepSpeed's dtypes; use fp32, bf16 or fp16")
+        rb.grad_accum_dtype = dtype
     mb = _int(where, "train_micro_batch_size_per_gpu", data.get("train_micro_batch_size_per_gpu", 1))
     gas = _int(where, "gradient_accumulation_steps", data.get("gradient_accumulation_steps", 1))
     if "train_batch_size" in data:
@@ -831,8 +840,6 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     _deepspeed_stage(js, pp, switches, rb, where, grad_accum)
 
 
-#: DeepSpeed's names for fp32 in data_types (runtime/config_utils.py DtypeEnum)
-_DS_FP32 = {"fp32", "float32", "float", "torch.float32"}
 
 
 def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, where: str,
