@@ -845,13 +845,11 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     fwd_gap = np.maximum(0.0, ag - t_f)
     bwd_gap = np.maximum(0.0, ag_re + rs - t_b)
     on = (zero >= 3) & (dp > 1) & (pp == 1)
-    chain = on & (np.asarray(gathers) > 1.0) & bool(len(ctx.ds_modules))
+    # a window of a layer or more (bucket >= a layer, cap >= two) streams as the layer-level prefetch does: only
+    # DeepSpeed's Linear-by-Linear rows with a shorter one are simulated (no modules: a layer of 0, none)
     window = np.inf if bucket is None else np.asarray(bucket, dtype=float)  # no bucket given: the cap alone
-    if chain.any():
-        # a window of a layer or more (bucket >= a layer, cap >= two) streams as the layer-level prefetch does:
-        # simulated only where it is shorter
-        layer = ctx.ds_modules.sum() / np.asarray(tp, dtype=float)
-        chain &= (window < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer)
+    layer = ctx.ds_modules.sum() / np.asarray(tp, dtype=float)
+    chain = on & (np.asarray(gathers) > 1.0) & ((window < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer))
     if chain.any():
         i = np.flatnonzero(chain)
 
