@@ -47,6 +47,26 @@ def test_plans_follow_the_paper_batch_rules():
     assert len({c.key for c in cells}) == len(cells) and len({c.id for c in cells}) == len(cells)
 
 
+def test_partial_offloads_run_when_named():
+    """ZeRO-2 + optimizer offload and ZeRO-3 with only the optimizer in host RAM (what `suggest` picks for a model
+    that fits once the optimizer leaves the device): not in 'all', planned like the other ZeRO cells when named."""
+    _, _, cells = _grid(TINY, strategies="zero3-offload,zero2-offload,zero3-offload-optim", pp="p")
+    assert [c.strategy for c in cells] == ["single", "zero2-offload", "zero3-offload-optim", "zero3-offload"]
+    by = {c.strategy: c.plan for c in cells}
+    assert (by["zero2-offload"].zero_stage, by["zero2-offload"].zero_offload) == (2, True)
+    optim = by["zero3-offload-optim"]
+    assert (optim.zero_stage, optim.zero_offload, optim.zero_offload_param) == (3, True, False)
+    assert (by["zero3-offload"].zero_offload, by["zero3-offload"].zero_offload_param) == (True, True)
+    assert all(c.runnable and c.predicted is not None for c in cells), [c.skip_reason for c in cells]
+    # the plan's own label agrees with the cell's name
+    assert [by[s].strategy for s in ("zero2-offload", "zero3-offload-optim", "zero3-offload")] == \
+        ["zero2-offload", "zero3-offload-optim", "zero3-offload"]
+    assert "zero2-offload" not in parse_strategies("all") and "zero3-offload-optim" not in parse_strategies("all")
+    assert parse_strategies("zero2-offload", adapters=True) == ["zero2-offload"]
+    with pytest.raises(UserError, match="data-parallel plans only"):
+        parse_strategies("tp,zero2-offload", adapters=True)
+
+
 def test_skips_say_why():
     """More GPUs than the cluster, heads not divisible by tp, indivisible batch, predicted out of memory."""
     _, _, cells = _grid(f"{TINY},L2-H30-A3-V256-S16", gpus="1,2,4", batch=6)

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma list: sizes (100M,300M), presets (gpt2), config.json paths, or shapes "
                         "L<layers>-H<hidden>-A<heads>[-F<ffn>][-V<vocab>][-S<positions>] e.g. L2-H32-A4-V256-S16")
     p.add_argument("--strategies", default="all",
-                   help="comma list of dp,tp,pp,zero1,zero2,zero3,zero3-offload (default all)")
+                   help="comma list of dp,tp,pp,zero1,zero2,zero2-offload,zero3,zero3-offload-optim,zero3-offload "
+                        "(default all: the papers' grid, every one but the two partial offloads)")
     p.add_argument("--gpus", default="1,2,4", help="GPU counts, e.g. 1,2,4; NxM = N nodes x M GPUs (default 1,2,4)")
     p.add_argument("--steps", type=whole(1, 1_000_000), default=200,
                    help="timed steps per cell (default 200, as the paper)")

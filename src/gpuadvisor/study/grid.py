@@ -32,7 +32,8 @@ class Cell(Frozen):
     id: str = Field(description="Stable id: <model>__<strategy>__<gpus>; names the run folder")
     model: str = Field(description="The model as typed on the command line")
     model_name: str = Field(description="Resolved model name")
-    strategy: str = Field(description="single, dp, tp, pp, pp-4p, zero1, zero2, zero3, zero3-offload")
+    strategy: str = Field(description="single, dp, tp, pp, pp-4p, zero1, zero2, zero2-offload, zero3, "
+                          "zero3-offload-optim, zero3-offload")
     gpus: int
     nodes: int
     devices_per_node: int
@@ -103,8 +104,9 @@ def _strategy_plan(strategy: str, g: int, nodes: int, per: int, batch: int, m_fa
     mb = mb or share
     if strategy == "dp":
         return Plan(dp=g, micro_batch_size=mb, num_micro_batches=share // mb, **place), None
-    stage = int(strategy[4])
-    return Plan(dp=g, zero_stage=stage, zero_offload=strategy.endswith("offload"), micro_batch_size=mb,
+    stage = int(strategy[4])  # zero<k>[-offload[-optim]]
+    return Plan(dp=g, zero_stage=stage, zero_offload="offload" in strategy,
+                zero_offload_param=not strategy.endswith("-optim"), micro_batch_size=mb,
                 num_micro_batches=share // mb, **place), None
 
 

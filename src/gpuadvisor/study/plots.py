@@ -16,9 +16,11 @@ from .plot_style import bar_figure_width, bar_points, log_ticks, model_title, sm
 from .results import StudyRow
 from .state import write_file
 
-STRATEGY_ORDER = ("single", "dp", "tp", "pp", "pp-4p", "zero1", "zero2", "zero3", "zero3-offload")
+STRATEGY_ORDER = ("single", "dp", "tp", "pp", "pp-4p", "zero1", "zero2", "zero2-offload", "zero3",
+                  "zero3-offload-optim", "zero3-offload")
 COLORS = {"single": "#555555", "dp": "#1f77b4", "tp": "#d62728", "pp": "#2ca02c", "pp-4p": "#98df8a",
-          "zero1": "#9467bd", "zero2": "#8c564b", "zero3": "#e377c2", "zero3-offload": "#ff7f0e"}
+          "zero1": "#9467bd", "zero2": "#8c564b", "zero2-offload": "#c49c94", "zero3": "#e377c2",
+          "zero3-offload-optim": "#ffbb78", "zero3-offload": "#ff7f0e"}
 MARKERS = "osD^v<>ph*"
 MIB = 2**20
 
@@ -300,7 +302,7 @@ def plot_memory(rows: list[StudyRow], out: Path, rec: Recorder) -> str:
     return name
 
 
-ZERO = ("single", "zero1", "zero2", "zero3", "zero3-offload")
+ZERO = ("single", "zero1", "zero2", "zero2-offload", "zero3", "zero3-offload-optim", "zero3-offload")
 
 
 def plot_zero(rows: list[StudyRow], out: Path, rec: Recorder) -> Optional[str]:

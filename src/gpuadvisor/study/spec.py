@@ -17,7 +17,13 @@ from ..schemas._base import Frozen
 from ..schemas.workload import FineTune
 from ..workload.specs import _SHAPE_RE, SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
 
-STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
+#: Every strategy a study can run, in the order tables and plots list them. The two partial offloads are what
+#: `suggest` picks for a model that fits with only the optimizer in host RAM: ZeRO-2 with DeepSpeed's
+#: offload_optimizer, and ZeRO-3 with the optimizer alone offloaded (parameters stay on the device).
+STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero2-offload", "zero3", "zero3-offload-optim", "zero3-offload")
+#: 'all': the papers' grid (seed 001 runs DP, TP, PP, ZeRO-1/2/3 and ZeRO-3 with offload); the partial offloads
+#: run when named.
+ALL_STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
 #: Strategies for LoRA/QLoRA: data parallel only (adapters on a frozen base are not split by TP/PP here).
 ADAPTER_STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3-offload")
 PP_FACTORS = {"p": 1, "4p": 4}
@@ -38,7 +44,8 @@ class StudySpec(Frozen):
     """The study grid's axes and run length (what `gpuadvisor study` was asked)."""
 
     models: list[str] = Field(description="Model descriptions as typed: sizes, presets, config paths, L2-H32-A4 shapes")
-    strategies: list[str] = Field(description="Strategies among dp, tp, pp, zero1, zero2, zero3, zero3-offload")
+    strategies: list[str] = Field(description="Strategies among dp, tp, pp, zero1, zero2, zero2-offload, zero3, "
+                                  "zero3-offload-optim, zero3-offload")
     gpus: list[GpuCount]
     steps: int = Field(200, ge=1, description="Timed steps per cell (the paper: 200)")
     warmup: int = Field(10, ge=0, description="Untimed warm-up steps per cell")
@@ -59,13 +66,13 @@ def _items(text: str, what: str) -> list[str]:
 
 
 def parse_strategies(text: str, adapters: bool = False) -> list[str]:
-    """'dp,tp,zero3-offload' (or 'all') -> validated list in the canonical order.
+    """'dp,tp,zero3-offload' (or 'all', the papers' grid) -> validated list in the canonical order.
 
-    `adapters` (LoRA/QLoRA): 'all' is the data-parallel strategies, and tp/pp are refused."""
+    `adapters` (LoRA/QLoRA): 'all' is the papers' data-parallel strategies, and tp/pp are refused."""
     items = [s.lower() for s in _items(text, "strategies")]
-    allowed = ADAPTER_STRATEGIES if adapters else STRATEGIES
     if items == ["all"]:
-        return list(allowed)
+        return list(ADAPTER_STRATEGIES if adapters else ALL_STRATEGIES)
+    allowed = [s for s in STRATEGIES if not adapters or s not in ("tp", "pp")]
     bad = [s for s in items if s not in STRATEGIES]
     if bad:
         raise UserError(f"unknown strategy '{bad[0]}'; use any of {','.join(STRATEGIES)} (or 'all')")
