@@ -62,9 +62,33 @@ def test_partial_offloads_run_when_named():
     assert [by[s].strategy for s in ("zero2-offload", "zero3-offload-optim", "zero3-offload")] == \
         ["zero2-offload", "zero3-offload-optim", "zero3-offload"]
     assert "zero2-offload" not in parse_strategies("all") and "zero3-offload-optim" not in parse_strategies("all")
-    assert parse_strategies("zero2-offload", adapters=True) == ["zero2-offload"]
     with pytest.raises(UserError, match="data-parallel plans only"):
-        parse_strategies("tp,zero2-offload", adapters=True)
+        parse_strategies("tp,zero2", adapters=True)
+    with pytest.raises(UserError, match="without ZeRO offload") as e:
+        parse_strategies("zero1,zero2-offload", adapters=True)
+    assert "--strategies zero2-offload:" in str(e.value)
+
+
+def test_adapter_cells_the_trainers_cannot_run_are_skipped_with_the_reason():
+    """LoRA's 'all' is what the trainers run for adapters (no offload); a QLoRA cell under ZeRO would crash in the
+    trial (bundled ZeRO does not shard 4-bit weights), so the grid skips it and says why."""
+    from gpuadvisor.schemas.workload import FineTune
+    from gpuadvisor.trainers.support import unsupported_reason
+
+    assert parse_strategies("all", adapters=True) == ["dp", "zero1", "zero2", "zero3"]
+    for method in ("lora", "qlora"):
+        spec = StudySpec(models=parse_models(TINY), strategies=parse_strategies("dp,zero2", adapters=True),
+                         gpus=parse_gpus("1,2"), steps=5, warmup=2, pp_microbatches=parse_pp_microbatches("p"),
+                         global_batch=8, finetune=FineTune(method=method))
+        workloads = resolve_workloads(spec)
+        cells = build_grid(spec, load_preset("cpu-2ranks"), workloads)
+        zero2 = next(c for c in cells if c.strategy == "zero2")
+        why = unsupported_reason(zero2.plan, workloads[TINY], cuda=False)
+        if method == "lora":  # the trainers run LoRA under ZeRO-2: planned and predicted
+            assert why is None and zero2.runnable and zero2.predicted is not None
+        else:  # QLoRA under ZeRO (or without bitsandbytes at all): skipped before any launch, with the reason
+            assert why and zero2.skip_reason == f"the bundled trainers cannot run it: {why}"
+            assert not zero2.runnable and zero2.predicted is None
 
 
 def test_skips_say_why():

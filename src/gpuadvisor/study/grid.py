@@ -3,7 +3,8 @@
 Seed 001, sec. II-A and Table II: the global batch is fixed per model; DP and ZeRO split it across
 the ranks, TP gives every rank the whole batch, PP cuts it into m = p (and, when asked, m = 4p)
 micro-batches; each model gets a 1-GPU baseline. A cell that the memory model says cannot fit, that
-is invalid (heads not divisible by tp, batch not divisible), or that needs more GPUs than the
+is invalid (heads not divisible by tp, batch not divisible), that the bundled trainers cannot run
+(trainers/support.unsupported_reason, e.g. QLoRA under ZeRO), or that needs more GPUs than the
 cluster has is kept in the grid as skipped, with the reason.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .. import __version__
 from ..launch.deepspeed import runs_on_deepspeed
 from ..schemas import Cluster, Estimate, Plan, Workload, check_plan_for
 from ..schemas._base import Frozen
+from ..trainers.support import unsupported_reason
 from .spec import PP_FACTORS, GpuCount, StudySpec, model_slug
 
 #: Start-up cost of one torchrun launch of the trainers on a CPU host (DESIGN.md sec. 6, measured: ~6.5 s).
@@ -142,6 +144,9 @@ def _one_cell(model: str, workload: Workload, strategy: str, g: GpuCount, cluste
         check_plan_for(plan, workload)
     except ValueError as exc:
         return Cell(**base, plan=plan, skip_reason=str(exc))
+    cannot = unsupported_reason(plan, workload, cuda=cluster.nodes[0].devices[0].kind == "gpu")
+    if cannot:  # e.g. QLoRA under ZeRO: a trial would only crash on it
+        return Cell(**base, plan=plan, skip_reason=f"the bundled trainers cannot run it: {cannot}")
     est, why = _predict(plan, cluster, workload)
     note = None
     if est is not None and not est.feasible and not strategy.startswith("pp"):

@@ -24,8 +24,9 @@ STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero2-offload", "zero3", "zer
 #: 'all': the papers' grid (seed 001 runs DP, TP, PP, ZeRO-1/2/3 and ZeRO-3 with offload); the partial offloads
 #: run when named.
 ALL_STRATEGIES = ("dp", "tp", "pp", "zero1", "zero2", "zero3", "zero3-offload")
-#: Strategies for LoRA/QLoRA: data parallel only (adapters on a frozen base are not split by TP/PP here).
-ADAPTER_STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3-offload")
+#: Strategies for LoRA/QLoRA: data parallel without offload, what the bundled trainers run for adapters
+#: (trainers/support.finetune_reason: not split by TP/PP, no ZeRO offload).
+ADAPTER_STRATEGIES = ("dp", "zero1", "zero2", "zero3")
 PP_FACTORS = {"p": 1, "4p": 4}
 
 
@@ -68,18 +69,23 @@ def _items(text: str, what: str) -> list[str]:
 def parse_strategies(text: str, adapters: bool = False) -> list[str]:
     """'dp,tp,zero3-offload' (or 'all', the papers' grid) -> validated list in the canonical order.
 
-    `adapters` (LoRA/QLoRA): 'all' is the papers' data-parallel strategies, and tp/pp are refused."""
+    `adapters` (LoRA/QLoRA): 'all' is the data-parallel strategies without offload, the ones the bundled trainers
+    run for adapters; tp/pp and the offloads are refused."""
     items = [s.lower() for s in _items(text, "strategies")]
     if items == ["all"]:
         return list(ADAPTER_STRATEGIES if adapters else ALL_STRATEGIES)
-    allowed = [s for s in STRATEGIES if not adapters or s not in ("tp", "pp")]
     bad = [s for s in items if s not in STRATEGIES]
     if bad:
         raise UserError(f"unknown strategy '{bad[0]}'; use any of {','.join(STRATEGIES)} (or 'all')")
-    dp_only = [s for s in items if s not in allowed]
-    if dp_only:
-        raise UserError(f"--strategies {','.join(dp_only)}: LoRA/QLoRA adapters train on data-parallel plans only; "
-                        f"use any of {','.join(ADAPTER_STRATEGIES)} (or 'all'), or --finetune full")
+    if adapters:
+        split = [s for s in items if s in ("tp", "pp")]
+        if split:
+            raise UserError(f"--strategies {','.join(split)}: LoRA/QLoRA adapters train on data-parallel plans only; "
+                            f"use any of {','.join(ADAPTER_STRATEGIES)} (or 'all'), or --finetune full")
+        offload = [s for s in items if s not in ADAPTER_STRATEGIES]
+        if offload:
+            raise UserError(f"--strategies {','.join(offload)}: the bundled trainers run LoRA/QLoRA adapters without "
+                            f"ZeRO offload; use any of {','.join(ADAPTER_STRATEGIES)} (or 'all'), or --finetune full")
     return [s for s in STRATEGIES if s in items]
 
 
