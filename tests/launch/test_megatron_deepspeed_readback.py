@@ -36,7 +36,7 @@ def test_the_example_reads_as_3d_zero1_with_full_recompute(tmp_path):
     assert rb.fmt == "Megatron-DeepSpeed arguments"
     # the JSON leaves overlap_comm out: DeepSpeed's stage-1 default reduces after the backward
     assert rb.plan == {"dp": 2, "tp": 2, "pp": 2, "mb": 2, "m": 128, "recompute": True, "zero": 1,
-                       "zero_overlap_comm": False}
+                       "zero_impl": "deepspeed", "zero_overlap_comm": False}
     assert any("no zero_optimization.overlap_comm" in n for n in rb.notes)
     assert rb.precision == "fp16" and rb.seq_len == 2048
     # Megatron's own layers, not Transformer Engine's: no cuDNN attention, and the unfused core is said
@@ -178,3 +178,31 @@ def test_an_unknown_gradient_dtype_is_one_line(tmp_path, capsys):
     assert main(["predict", "--model", "gpt2", "--preset", "dgx-a100-8x", "--from", str(tmp_path / "ds.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "grad_accum_dtype 'fp64'" in err[0] and "use fp32, bf16 or fp16" in err[0]
+
+
+def test_deepspeed_zero1_beside_tp_all_reduces_its_gradient_buckets():
+    """Megatron-DeepSpeed's ZeRO-1 is DeepSpeed's (zero_impl deepspeed, what the read-back gives every stage): its
+    stage 1 all-reduces the gradient buckets (stage_1_and_2.py average_tensor; BF16_Optimizer's
+    buffered_allreduce_fallback with fp32 accumulation) where Megatron's distributed optimizer reduce-scatters
+    them. Over the dp group that is one more pass of the gradients' bytes, in their dtype."""
+    from gpuadvisor.costmodel.combine import estimate
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.schemas import parse_plan
+    from gpuadvisor.workload.specs import make_workload
+
+    wl = make_workload("gpt3-1.3b", seq_len=2048, global_batch=512, precision="bf16", kernels="fused")
+    cluster = load_preset("dgx-a100-8x")
+
+    def run(impl, bf16_grads):
+        w = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": bf16_grads})})
+        plan = parse_plan("dp=4,tp=2,pp=1,zero=1,mb=2,m=64,nodes=1,gpn=8" + impl)
+        e = estimate(plan, cluster, w)
+        return e.link_bytes_per_step["nvlink"], e.step_time_s
+
+    (meg16, t_meg16), (meg32, t_meg32) = run("", True), run("", False)
+    (ds16, t_ds16), (ds32, t_ds32) = run(",zero_impl=deepspeed", True), run(",zero_impl=deepspeed", False)
+    pass16 = meg32 - meg16  # frac x the bf16 gradients: what a reduce-scatter of fp32 adds over one of bf16
+    assert pass16 > 0
+    assert ds16 - meg16 == pytest.approx(pass16, rel=1e-6)       # all-reduce = reduce-scatter + one more pass
+    assert ds32 - ds16 == pytest.approx(2 * pass16, rel=1e-6)    # both passes in fp32 (BF16_Optimizer)
+    assert t_ds16 > t_meg16 and t_ds32 > t_meg32 and t_ds32 > t_ds16

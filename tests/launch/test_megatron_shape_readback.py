@@ -71,7 +71,7 @@ def test_predict_from_needs_no_model_when_the_file_states_it(tmp_path, capsys):
     assert main(["predict", "--preset", PRESET, "--from", str(tmp_path / "args.txt"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "Megatron arguments: L24 h2048 a16 ffn 8192 (1.316B)"
-    assert data["plan"] == "dp=4,tp=2,pp=1,mb=2,m=8,recompute=true,zero=1,zero_overlap_comm=false"
+    assert data["plan"] == "dp=4,tp=2,pp=1,mb=2,m=8,recompute=true,zero=1,zero_impl=deepspeed,zero_overlap_comm=false"
     # the same shape as --model 1.3B (gpt3-1.3b): --model is kept, nothing said; the vocabulary is its own
     assert main(["predict", "--model", "1.3B", "--preset", PRESET, "--from", str(tmp_path / "args.txt"),
                  "--json"]) == 0

@@ -337,10 +337,12 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ---- data parallel: DDP / ZeRO-1/2 gradient sync, offload, optimizer ----
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
+    # ZeRO-1 beside TP/PP runs as Megatron's distributed optimizer unless the plan puts it on DeepSpeed
+    # (Megatron-DeepSpeed: zero_impl deepspeed, whose stage 1 all-reduces the gradient buckets, _data_parallel)
+    dist_opt = ((tp > 1) | (pp > 1) | meg) & (a[:, 20] != ZERO_IMPLS.index("deepspeed"))
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
-                                                                 (tp > 1) | (pp > 1) | meg, (zero >= 3) & (pp > 1),
-                                                                 layers, ~fsdp, meg)
+                                                                 dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -925,15 +927,16 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     `exp` of them are routed experts whose gradients sync over the expert data-parallel group of `edp` ranks
     (dp·tp/ep, a slice of the dp group): the same ring over fewer ranks, (e−1)/e of the bytes instead of
     (d−1)/d, priced as that share of the dp group's traffic; none when edp = 1. `megatron`: rows whose ZeRO-1
-    runs as Megatron-Core's distributed optimizer (beside TP or PP). `fsdp_stage`: ZeRO-3 with PP, FSDP per pipeline
+    runs as Megatron-Core's distributed optimizer (beside TP or PP, unless zero_impl puts it on DeepSpeed, as
+    Megatron-DeepSpeed does). `fsdp_stage`: ZeRO-3 with PP, FSDP per pipeline
     stage as torch.distributed.pipelining runs it (torchtitan 3D): gradients accumulate unsharded and are
     reduce-scattered once, after the stage's last backward (PipelineStage.backward_maybe_with_nosync), which nothing
     hides; the parameters are all-gathered once per step, layer by layer ahead of the first micro-batch's forward
     (torchtitan apply_fsdp: no resharding under PP, "to avoid per-microbatch all-gathers"). `layers`: FSDP units.
     `deepspeed`: rows whose ZeRO runs on DeepSpeed (Plan.zero_runtime). `meg`: rows that run as Megatron
     (_megatron_rows), whose distributed optimizer reduce-scatters gradients of Context.megatron_grad_bytes (fp32 with
-    bf16) and all-gathers the 16-bit parameters. DeepSpeed's stage 2 all-reduces each
-    gradient bucket and keeps its partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
+    bf16) and all-gathers the 16-bit parameters. DeepSpeed's stages 1 and 2 all-reduce each
+    gradient bucket and keep their partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
     zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes on every
     micro-step; FSDP's SHARD_GRAD_OP reduce-scatters.
     """
@@ -968,7 +971,12 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     # the parameters' all-gather after the step: the 16-bit weights on Megatron's own rows, else the gradients' dtype
     mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)
     ag_after = g.rs(mwb) + ctx.call_s
-    t1, last1 = _bucketed_allreduce(ctx, g, zgb, zbucket, znb)
+    # DeepSpeed's stage 1 all-reduces the gradient buckets (stage_1_and_2.py average_tensor); on Megatron's layers
+    # under DeepSpeed (Megatron-DeepSpeed, not `megatron` below) in the dtype its JSON gives them
+    # (Context.megatron_grad_bytes: bf16 by default, fp32 under BF16_Optimizer's buffered_allreduce_fallback)
+    zgb1 = np.where(meg, mgb, zgb)
+    zbucket1 = zrb * np.where(meg, ctx.megatron_grad_bytes, ctx.zero_gbytes)
+    t1, last1 = _bucketed_allreduce(ctx, g, zgb1, zbucket1, np.maximum(1.0, np.ceil(zgb1 / zbucket1)))
     z1 = np.where(ovl, _overlapped(t1, last1, window, cont), t1) + ag_after
     # ZeRO-1 beside TP/PP is Megatron-Core's distributed optimizer, launched with --overlap-grad-reduce and
     # --overlap-param-gather (launch/megatron.py): gradients reduce-scattered bucket by bucket during the last
@@ -999,7 +1007,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(multi, (dp - 1) / dp, 0.0)
     sent = np.where(zero == 0, 2.0 * frac * gb_ddp, np.where(zero == 1, np.where(megatron, frac * (mgb + mwb),
-                                                                                    3.0 * frac * zgb),
+                                                                                    frac * (2.0 * zgb1 + mwb)),
                                                               np.where(zero == 2, (m * np.where(deepspeed, 2.0, 1.0)
                                                                                    + 1) * frac * zgb, 0.0)))
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)

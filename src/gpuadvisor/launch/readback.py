@@ -789,8 +789,9 @@ def _megatron_attention(vals: dict[str, str], switches: set[str], rb: ReadBack, 
 def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, where: str,
                         base: Optional[Path]) -> None:
     """Megatron-DeepSpeed (--deepspeed): ZeRO from DeepSpeed's JSON when it can be read (the engine follows it),
-    else from --zero-stage (its argparse default is 1); DeepSpeed runs the ZeRO-2/3 (Plan.zero_impl), which its
-    pipeline engine refuses (ZeRO-1 only with pipeline parallelism, deepspeed/runtime/pipe/engine.py)."""
+    else from --zero-stage (its argparse default is 1); DeepSpeed runs every stage (Plan.zero_impl: its stage 1
+    beside TP/PP all-reduces gradient buckets, not Megatron's distributed optimizer's reduce-scatter), and its
+    pipeline engine refuses ZeRO-2/3 (ZeRO-1 only with pipeline parallelism, deepspeed/runtime/pipe/engine.py)."""
     rb.fmt = "Megatron-DeepSpeed arguments"
     pp = int(rb.plan.get("pp", 1))
     if "--no-pipeline-parallel" in switches and pp > 1:
@@ -853,10 +854,9 @@ def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, wher
     if stage >= 2 and pp > 1:
         raise UserError(f"{where}: DeepSpeed's pipeline engine runs ZeRO-1 only (ZeRO-{stage} with "
                         f"--pipeline-model-parallel-size {pp}); use ZeRO stage 1 or --no-pipeline-parallel")
-    if stage:
+    if stage:  # DeepSpeed's engine shards at every stage, stage 1 beside TP/PP too (not Megatron's optimizer)
         rb.plan["zero"] = stage
-        if stage >= 2:
-            rb.plan["zero_impl"] = "deepspeed"
+        rb.plan["zero_impl"] = "deepspeed"
     if int(rb.plan.get("dp", 1)) > 1:
         if pp > 1 and rb.plan.get("zero_overlap_comm", True):
             rb.notes.append("DeepSpeed's pipeline engine reduces the gradients after the pipeline flush (its "

@@ -62,7 +62,8 @@ class Plan(Frozen):
         None, description="Which runtime shards ZeRO-2/3: 'deepspeed' (DeepSpeed's ZeRO, whose Python walks every "
         "rank's shard of every parameter at each gather and gradient bucket) or 'fsdp' (PyTorch FSDP/FSDP2, one "
         "flat buffer per block). None: FSDP with TP, PP or EP (FSDP2 + TP, FSDP per stage), else DeepSpeed "
-        "(`zero_runtime`)")
+        "(`zero_runtime`). ZeRO-1 beside TP/PP is Megatron's distributed optimizer unless this says 'deepspeed' "
+        "(Megatron-DeepSpeed: DeepSpeed's stage 1, which all-reduces the gradient buckets)")
     recompute: bool = Field(False, description="Activation recompute (checkpointing): a checkpointed layer stores "
                             "its input only and replays its forward in the backward")
     recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
