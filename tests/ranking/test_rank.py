@@ -53,6 +53,34 @@ def test_fits_nowhere_names_the_adapter_method_that_fits():
     assert huge.n_feasible == 0 and "--finetune" not in huge.fits_nowhere
 
 
+def test_an_idle_full_training_plan_says_what_holds_it_and_what_adapters_would_give():
+    """Llama 3.1 8B in full on 8 x 4090 (PCIe x8 behind the host bridge, no P2P): only ZeRO-3 fits, and its
+    per-micro-batch gathers through host memory take most of each step, so the GPUs compute ~5 % of the time. The
+    note names that and, since LoRA on the same box trains over ADAPTER_GAIN times faster, LoRA with its ranked
+    plan. FP8 has no adapters: the note says only what holds the plan. A busy plan gets no such note."""
+    from gpuadvisor.ranking.rank import ADAPTER_GAIN, IDLE_EFFICIENCY
+
+    cl = apply_what_if(load_preset("workstation-2x4090"), "gpus=1x8")
+    full = rank(cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64), top=1)
+    best = full.top[0]
+    assert best.scaling_efficiency < IDLE_EFFICIENCY
+    idle = [n for n in full.notes if "of the devices' compute busy" in n]
+    assert len(idle) == 1 and f"keeps {best.scaling_efficiency:.0%} of" in idle[0]
+    assert "communication over pcie takes" in idle[0]
+    lora = rank(cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64, finetune="lora"), top=1).top[0]
+    assert lora.tokens_per_s > ADAPTER_GAIN * best.tokens_per_s
+    assert (f"LoRA trains {lora.tokens_per_s / best.tokens_per_s:.1f}x faster on this cluster: --finetune lora"
+            in idle[0]) and f"at {lora.tokens_per_s:,.0f} tokens/s" in idle[0]
+    fp8 = rank(cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64, precision="fp8"), top=1)
+    held = [n for n in fp8.notes if "compute busy" in n]
+    assert len(held) == 1 and "--finetune" not in held[0]
+    busy = rank(load_preset("nano-cluster-2x2-a40-1gbe"), make_workload("1.5B"), top=1)
+    assert busy.top[0].scaling_efficiency >= IDLE_EFFICIENCY and not any("compute busy" in n for n in busy.notes)
+    # another objective: no such note
+    assert not any("compute busy" in n for n in rank(
+        cl, make_workload("llama-3.1-8b", seq_len=1024, global_batch=64), top=1, objective="memory").notes)
+
+
 def test_memory_and_cost_objectives():
     cl = load_preset("a6000-4x-pcie")
     wl = make_workload("gpt-300m")

@@ -162,11 +162,16 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
                                                         objective)})
             for i, (est, _) in enumerate(ests)]
     fits = None if n_ok else _fits_nowhere(smallest, ctx, n, _least_host_need(b, bad))
+    same_space = dict(objective=objective, allow_fewer_devices=allow_fewer_devices,
+                      allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
+                      space=dataclasses.replace(space, pruned={}))
     if fits and workload.finetune.method == "full":
-        fits += _adapter_hint(cluster, workload, objective=objective, allow_fewer_devices=allow_fewer_devices,
-                              allow_tp_across_nodes=allow_tp_across_nodes, allow_comm_hooks=allow_comm_hooks,
-                              space=dataclasses.replace(space, pruned={}))
+        fits += _adapter_hint(cluster, workload, **same_space)
     notes = []
+    if tops and workload.finetune.method == "full" and objective in ("throughput", "time"):
+        note = _idle_note(tops[0], cluster, workload, **same_space)
+        if note:
+            notes.append(note)
     if pruned:
         notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "
                      f"states alone exceed {ctx.mem_cap / 2**30:.1f} GiB per device; {n_timed} evaluated, "
@@ -257,24 +262,63 @@ def _compare(a: str, b: str, pct: float, objective: str) -> str:
 _ADAPTERS = {"lora": "LoRA", "qlora": "QLoRA"}
 
 
+def _adapter_best(cluster: Cluster, workload: Workload, **kw: Any) -> Optional[tuple[str, Estimate]]:
+    """(method, best plan) of LoRA, else QLoRA, for `workload`'s model and batch, ranked for real; None when
+    neither fits or adapters do not apply (a model without linear layers to adapt, FP8)."""
+    for method in ("lora", "qlora"):
+        try:
+            adapted = Workload(model=workload.model, training=workload.training, finetune=FineTune(method=method))
+        except ValueError:  # adapters need a transformer; LoRA/QLoRA with fp8 is refused
+            return None
+        r = rank(cluster, adapted, top=1, **kw)
+        if r.top:
+            return method, r.top[0]
+    return None
+
+
+def _adapter_flag(method: str) -> str:
+    return f"--finetune {method} (API: finetune='{method}')"
+
+
 def _adapter_hint(cluster: Cluster, workload: Workload, **kw: Any) -> str:
     """When full training fits nowhere: whether LoRA, else QLoRA, would fit (ranked for real), as a sentence.
 
     Fine-tuning a frozen base with adapters drops the base's gradients and optimizer states (LoRA) and stores the
     base in 4 bits (QLoRA), so a model that cannot be trained in full often fits: say which one, and its best plan.
     Empty when neither fits or adapters do not apply (a model without linear layers to adapt, FP8)."""
-    for method in ("lora", "qlora"):
-        try:
-            adapted = Workload(model=workload.model, training=workload.training, finetune=FineTune(method=method))
-        except ValueError:  # adapters need a transformer; LoRA/QLoRA with fp8 is refused
-            return ""
-        r = rank(cluster, adapted, top=1, **kw)
-        if r.top:
-            best = r.top[0]
-            return (f"; if fine-tuning is the goal, {_ADAPTERS[method]} fits: "
-                    f"--finetune {method} (API: finetune='{method}'), best plan {_label(best.plan)} at "
-                    f"{best.tokens_per_s:,.0f} tokens/s")
-    return ""
+    found = _adapter_best(cluster, workload, **kw)
+    if found is None:
+        return ""
+    method, best = found
+    return (f"; if fine-tuning is the goal, {_ADAPTERS[method]} fits: {_adapter_flag(method)}, best plan "
+            f"{_label(best.plan)} at {best.tokens_per_s:,.0f} tokens/s")
+
+
+#: Scaling efficiency (Estimate.scaling_efficiency: the share of the devices' compute the plan keeps busy) below
+#: which the best full-training plan is said to be bound by something other than compute, with the adapters'
+#: alternative when it is at least ADAPTER_GAIN times faster. Seed 000 measured TP over 1 GbE at 1-2 % and the
+#: papers' "poor" band is below ~50 %; at a quarter, three of every four GPU-seconds wait on links or the host.
+IDLE_EFFICIENCY = 0.25
+ADAPTER_GAIN = 1.5
+
+
+def _idle_note(best: Estimate, cluster: Cluster, workload: Workload, **kw: Any) -> str:
+    """A note when the best full-training plan leaves most of the devices' compute idle: what holds it back and,
+    where LoRA/QLoRA trains well over ADAPTER_GAIN times faster on the same cluster, that alternative."""
+    eff = best.scaling_efficiency
+    if eff is None or eff >= IDLE_EFFICIENCY or best.plan.world_size == 1:
+        return ""
+    parts = {k: v for k, v in _parts(best).items() if k != "compute"}
+    what, t = max(parts.items(), key=lambda kv: kv[1])
+    held = (f"the best plan keeps {eff:.0%} of the devices' compute busy ({what} takes "
+            f"{t / best.step_time_s:.0%} of its step)")
+    found = _adapter_best(cluster, workload, **kw)
+    if found is None or found[1].tokens_per_s < ADAPTER_GAIN * best.tokens_per_s:
+        return held
+    method, alt = found
+    return (f"{held}; if fine-tuning is the goal, {_ADAPTERS[method]} trains "
+            f"{alt.tokens_per_s / best.tokens_per_s:.1f}x faster on this cluster: {_adapter_flag(method)}, best plan "
+            f"{_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s")
 
 
 #: Host RAM share of the usable above which an offload pick gets a warning: DeepSpeed's own estimators
