@@ -304,7 +304,7 @@ ADAPTER_GAIN = 1.5
 
 def _idle_note(best: Estimate, cluster: Cluster, workload: Workload, **kw: Any) -> str:
     """A note when the best full-training plan leaves most of the devices' compute idle: what holds it back and,
-    where LoRA/QLoRA trains well over ADAPTER_GAIN times faster on the same cluster, that alternative."""
+    where LoRA/QLoRA trains at least ADAPTER_GAIN times faster on the same cluster, that alternative."""
     eff = best.scaling_efficiency
     if eff is None or eff >= IDLE_EFFICIENCY or best.plan.world_size == 1:
         return ""
