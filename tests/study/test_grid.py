@@ -62,6 +62,8 @@ def test_partial_offloads_run_when_named():
     assert [by[s].strategy for s in ("zero2-offload", "zero3-offload-optim", "zero3-offload")] == \
         ["zero2-offload", "zero3-offload-optim", "zero3-offload"]
     assert "zero2-offload" not in parse_strategies("all") and "zero3-offload-optim" not in parse_strategies("all")
+    assert parse_strategies("all,zero2-offload") == ["dp", "tp", "pp", "zero1", "zero2", "zero2-offload", "zero3",
+                                                     "zero3-offload"]
     with pytest.raises(UserError, match="data-parallel plans only"):
         parse_strategies("tp,zero2", adapters=True)
     with pytest.raises(UserError, match="without ZeRO offload") as e:

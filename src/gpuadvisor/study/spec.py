@@ -67,13 +67,14 @@ def _items(text: str, what: str) -> list[str]:
 
 
 def parse_strategies(text: str, adapters: bool = False) -> list[str]:
-    """'dp,tp,zero3-offload' (or 'all', the papers' grid) -> validated list in the canonical order.
+    """'dp,tp,zero3-offload' (or 'all', the papers' grid; 'all,zero2-offload' adds to it) -> validated list in the
+    canonical order.
 
     `adapters` (LoRA/QLoRA): 'all' is the data-parallel strategies without offload, the ones the bundled trainers
     run for adapters; tp/pp and the offloads are refused."""
     items = [s.lower() for s in _items(text, "strategies")]
-    if items == ["all"]:
-        return list(ADAPTER_STRATEGIES if adapters else ALL_STRATEGIES)
+    if "all" in items:  # the grid, plus whatever else is named ('all,zero2-offload')
+        items = [s for s in items if s != "all"] + list(ADAPTER_STRATEGIES if adapters else ALL_STRATEGIES)
     bad = [s for s in items if s not in STRATEGIES]
     if bad:
         raise UserError(f"unknown strategy '{bad[0]}'; use any of {','.join(STRATEGIES)} (or 'all')")
