@@ -206,3 +206,19 @@ def test_deepspeed_zero1_beside_tp_all_reduces_its_gradient_buckets():
     assert ds16 - meg16 == pytest.approx(pass16, rel=1e-6)       # all-reduce = reduce-scatter + one more pass
     assert ds32 - ds16 == pytest.approx(2 * pass16, rel=1e-6)    # both passes in fp32 (BF16_Optimizer)
     assert t_ds16 > t_meg16 and t_ds32 > t_meg32 and t_ds32 > t_ds16
+
+
+def test_change_first_names_the_zero_runtime_only_where_it_differs():
+    """A read-back plan carries its framework's runtime (zero_impl); ranked plans leave it to the shape's default.
+    The "change first" diff counts it only where the two run differently, in the frameworks' names."""
+    from gpuadvisor.cli.check_config import plan_diff
+    from gpuadvisor.schemas import parse_plan
+
+    same = plan_diff(parse_plan("dp=8,zero=2,mb=1,m=1,zero_impl=deepspeed"), parse_plan("dp=8,zero=2,mb=1,m=1"))
+    assert same == {}  # pure data-parallel ZeRO-2 runs on DeepSpeed by default
+    d = plan_diff(parse_plan("dp=2,tp=2,pp=2,zero=1,mb=1,m=4,zero_impl=deepspeed"),
+                  parse_plan("dp=2,tp=2,pp=2,zero=1,mb=1,m=4"))
+    assert d == {"ZeRO runtime": ("DeepSpeed", "Megatron's distributed optimizer")}
+    d = plan_diff(parse_plan("dp=8,zero=3,mb=1,m=1,zero_impl=fsdp"), parse_plan("dp=8,zero=3,mb=2,m=1"))
+    assert d == {"micro_batch_size": (1, 2), "ZeRO runtime": ("FSDP", "DeepSpeed")}
+    assert "zero_impl" not in plan_diff(parse_plan("dp=8,mb=1,m=1"), parse_plan("dp=8,zero=1,mb=1,m=1"))

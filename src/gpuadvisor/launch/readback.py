@@ -866,7 +866,7 @@ def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, wher
     if rb.precision == "bf16" and stage >= 1:
         if grad_accum in _DS_FP32:
             rb.notes.append(f"data_types.grad_accum_dtype {grad_accum}: DeepSpeed keeps an fp32 gradient buffer for "
-                            "the whole model (its BF16_Optimizer at stage 1), priced as Megatron's")
+                            "the whole model (its BF16_Optimizer at stage 1) and all-reduces it in fp32: priced so")
         else:
             rb.grad_reduce_in_bf16 = True
             rb.notes.append(f"bf16 under DeepSpeed's ZeRO-{stage}: gradients accumulate and reduce in bf16 "
