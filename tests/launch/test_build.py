@@ -156,6 +156,16 @@ def test_zero3_across_nodes_runs_fsdp2_what_was_predicted(two_nodes, one_node, t
     lc_lora = build_launch(z3, two_nodes, lora)
     assert "--ds-config" in lc_lora.trainer_args and make_job(z3, lora).zero_impl is None
     assert any(n.startswith("zero_impl fsdp: the bundled trainer's FSDP2 path runs full training") for n in lc_lora.notes)
+    # DeepSpeed's ZeRO beside TP/PP (Megatron-DeepSpeed, as predict --from reads it) is priced as DeepSpeed runs it,
+    # but the bundled trainer runs its distributed optimizer (ZeRO-1) or FSDP2 (ZeRO-2/3): said, with the fix
+    hyb = Plan(dp=2, tp=2, zero_stage=1, zero_impl="deepspeed", micro_batch_size=1, num_micro_batches=2, nodes=2,
+               devices_per_node=2)
+    said = [n for n in build_launch(hyb, two_nodes, wl).notes if n.startswith("zero_impl deepspeed beside tp=2")]
+    assert len(said) == 1 and "distributed optimizer" in said[0] and "drop zero_impl" in said[0]
+    z2tp = hyb.model_copy(update={"zero_stage": 2})
+    assert any("runs this plan with FSDP2" in n for n in build_launch(z2tp, two_nodes, wl).notes)
+    assert not any(n.startswith("zero_impl deepspeed") for n in build_launch(hyb.model_copy(
+        update={"zero_impl": None}), two_nodes, wl).notes)
 
 
 def test_no_p2p_sets_nccl_p2p_disable(no_p2p):

@@ -311,11 +311,18 @@ def job_zero_impl(plan: Plan, workload: Workload) -> Optional[ZeroImpl]:
 
 
 def zero_impl_notes(plan: Plan, workload: Workload) -> list[str]:
-    """A note when the plan asks for FSDP but the bundled trainer runs its ZeRO on DeepSpeed."""
+    """A note when the plan asks for a ZeRO runtime the bundled trainer does not run it on: FSDP where it runs
+    DeepSpeed, or DeepSpeed (Megatron-DeepSpeed's, as `predict --from` reads those files) beside TP/PP/EP, where it
+    runs its distributed optimizer (ZeRO-1) or FSDP2 (ZeRO-2/3)."""
     if runs_on_deepspeed(plan) and plan.zero_impl == "fsdp" and not fsdp_zero3(plan, workload):
         return ["zero_impl fsdp: the bundled trainer's FSDP2 path runs full training of its GPT in bf16/fp32 only, "
                 f"so this run uses DeepSpeed's ZeRO-{plan.zero_stage}, slower than predicted across many ranks; drop "
                 "zero_impl to predict it as run"]
+    if plan.zero_stage and plan.zero_impl == "deepspeed" and not runs_on_deepspeed(plan):
+        runs = "its distributed optimizer (gradients reduce-scattered)" if plan.zero_stage == 1 else "FSDP2"
+        return [f"zero_impl deepspeed beside tp={plan.tp}, pp={plan.pp}, ep={plan.ep}: the prediction prices "
+                f"DeepSpeed's ZeRO-{plan.zero_stage} (Megatron-DeepSpeed's), but the bundled trainer runs this plan "
+                f"with {runs}; drop zero_impl to predict it as run"]
     return []
 
 
