@@ -222,3 +222,8 @@ def test_change_first_names_the_zero_runtime_only_where_it_differs():
     d = plan_diff(parse_plan("dp=8,zero=3,mb=1,m=1,zero_impl=fsdp"), parse_plan("dp=8,zero=3,mb=2,m=1"))
     assert d == {"micro_batch_size": (1, 2), "ZeRO runtime": ("FSDP", "DeepSpeed")}
     assert "zero_impl" not in plan_diff(parse_plan("dp=8,mb=1,m=1"), parse_plan("dp=8,zero=1,mb=1,m=1"))
+    # who runs the ZeRO, by shape (Plan.zero_framework), as the engine prices it
+    assert [parse_plan(p).zero_framework for p in ("dp=8,mb=1,m=1", "dp=8,zero=1,mb=1,m=1", "dp=4,tp=2,zero=1,mb=1,m=1",
+                                                    "dp=4,tp=2,zero=1,mb=1,m=1,zero_impl=deepspeed",
+                                                    "dp=4,tp=2,zero=3,mb=1,m=1")] == \
+        [None, "deepspeed", "distributed-optimizer", "deepspeed", "fsdp"]

@@ -14,27 +14,20 @@ if TYPE_CHECKING:
 _SKIP = {"nodes", "devices_per_node", "mesh_order", "zero_impl"}
 
 
-def zero_runtime_words(plan) -> Optional[str]:
-    """Who runs `plan`'s ZeRO, in words (None without ZeRO): its zero_impl, or what None means for the plan's
-    shape (Plan.zero_runtime; ZeRO-1 beside TP/PP/EP is Megatron's distributed optimizer unless it says
-    deepspeed, as Megatron-DeepSpeed files read)."""
-    if not plan.zero_stage:
-        return None
-    hybrid = plan.tp > 1 or plan.pp > 1 or plan.ep > 1
-    if plan.zero_stage == 1 and hybrid and plan.zero_impl != "deepspeed":
-        return "Megatron's distributed optimizer"
-    return {"deepspeed": "DeepSpeed", "fsdp": "FSDP"}[plan.zero_runtime]
+#: Plan.zero_framework in the frameworks' words
+_FRAMEWORK_WORDS = {"distributed-optimizer": "Megatron's distributed optimizer", "deepspeed": "DeepSpeed",
+                    "fsdp": "FSDP"}
 
 
 def plan_diff(mine, other) -> dict[str, tuple]:
-    """Plan fields that differ (what the user would edit), as name -> (mine, other); the ZeRO runtime as the
-    frameworks' names, and only when it differs in effect (a read-back zero_impl against a ranked plan's default
-    for the same runtime is no edit)."""
+    """Plan fields that differ (what the user would edit), as name -> (mine, other); who runs the ZeRO
+    (Plan.zero_framework) in the frameworks' words, and only when it differs in effect (a read-back zero_impl
+    against a ranked plan's default for the same runtime is no edit)."""
     a, b = mine.model_dump(), other.model_dump()
     d = {k: (a[k], b[k]) for k in a if k not in _SKIP and a[k] != b[k]}
-    ra, rb = zero_runtime_words(mine), zero_runtime_words(other)
-    if ra and rb and ra != rb:
-        d["ZeRO runtime"] = (ra, rb)
+    fa, fb = mine.zero_framework, other.zero_framework
+    if fa and fb and fa != fb:
+        d["ZeRO runtime"] = (_FRAMEWORK_WORDS[fa], _FRAMEWORK_WORDS[fb])
     return d
 
 

@@ -206,6 +206,18 @@ class Plan(Frozen):
         return "fsdp" if fsdp_by_default(self.zero_stage, self.tp, self.pp, self.ep) else "deepspeed"
 
     @property
+    def zero_framework(self) -> Optional[str]:
+        """Who runs this plan's ZeRO: "distributed-optimizer" for ZeRO-1 beside TP/PP/EP (Megatron-Core's, or the
+        bundled trainers' over dp: gradients reduce-scattered) unless zero_impl says "deepspeed" (Megatron-DeepSpeed,
+        whose stage 1 all-reduces them), else `zero_runtime` ("deepspeed" or "fsdp"); None without ZeRO. The
+        engine prices the same split over its rows (engine.evaluate_batch `dist_opt`)."""
+        if not self.zero_stage:
+            return None
+        if self.zero_stage == 1 and (self.tp > 1 or self.pp > 1 or self.ep > 1) and self.zero_impl != "deepspeed":
+            return "distributed-optimizer"
+        return self.zero_runtime
+
+    @property
     def recompute_fraction(self) -> float:
         """Share of the layers that recompute: 0 without recompute, 1/recompute_interval with it."""
         return 1.0 / self.recompute_interval if self.recompute else 0.0
