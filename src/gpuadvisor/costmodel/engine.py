@@ -937,8 +937,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     (_megatron_rows), whose distributed optimizer reduce-scatters gradients of Context.megatron_grad_bytes (fp32 with
     bf16) and all-gathers the 16-bit parameters. DeepSpeed's stages 1 and 2 all-reduce each
     gradient bucket and keep their partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
-    zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes on every
-    micro-step; FSDP's SHARD_GRAD_OP reduce-scatters.
+    zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes: stage 2 on
+    every micro-step, stage 1 once per step; FSDP's SHARD_GRAD_OP reduce-scatters.
     """
     window = (2.0 / 3.0) * t_mb * ctx.bwd_window  # backward of the last micro-batch
     multi = dp > 1
