@@ -193,11 +193,11 @@ def test_deepspeed_zero1_beside_tp_all_reduces_its_gradient_buckets():
     wl = make_workload("gpt3-1.3b", seq_len=2048, global_batch=512, precision="bf16", kernels="fused")
     cluster = load_preset("dgx-a100-8x")
 
-    def run(impl, bf16_grads):
+    def run(impl, bf16_grads, memory=False):
         w = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": bf16_grads})})
         plan = parse_plan("dp=4,tp=2,pp=1,zero=1,mb=2,m=64,nodes=1,gpn=8" + impl)
         e = estimate(plan, cluster, w)
-        return e.link_bytes_per_step["nvlink"], e.step_time_s
+        return e.memory if memory else (e.link_bytes_per_step["nvlink"], e.step_time_s)
 
     (meg16, t_meg16), (meg32, t_meg32) = run("", True), run("", False)
     (ds16, t_ds16), (ds32, t_ds32) = run(",zero_impl=deepspeed", True), run(",zero_impl=deepspeed", False)
@@ -206,6 +206,11 @@ def test_deepspeed_zero1_beside_tp_all_reduces_its_gradient_buckets():
     assert ds16 - meg16 == pytest.approx(pass16, rel=1e-6)       # all-reduce = reduce-scatter + one more pass
     assert ds32 - ds16 == pytest.approx(2 * pass16, rel=1e-6)    # both passes in fp32 (BF16_Optimizer)
     assert t_ds16 > t_meg16 and t_ds32 > t_meg32 and t_ds32 > t_ds16
+    # memory: Megatron syncs in place on its buffers; DeepSpeed's stage 1 holds its two reduce buckets and its
+    # all-gather bucket (5e8 elements each by default, below the 0.66B parameters per TP rank) of bf16
+    meg, ds = run("", True, memory=True), run(",zero_impl=deepspeed", True, memory=True)
+    assert meg.comm_buffers == 0 and ds.comm_buffers == 3 * 500_000_000 * 2
+    assert ds.gradients == meg.gradients
 
 
 def test_change_first_names_the_zero_runtime_only_where_it_differs():

@@ -561,11 +561,14 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     held = np.where(fsdp, 0.0, kept * _layer_bytes(ctx, tp, e_shard)
                     + (np.minimum(ctx.p_head / tp, DEEPSPEED_MAX_REUSE_DISTANCE) * ctx.weight_bytes
                        if ctx.transformer else 0.0))
+    # Megatron's own sync runs in place on its buffers; under DeepSpeed's ZeRO (Megatron-DeepSpeed: zero_impl
+    # deepspeed) its optimizer holds its reduce and all-gather buckets as it does for any model
+    in_place = meg & (a[:, 20] != ZERO_IMPLS.index("deepspeed"))
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
                  tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp,
-                 held, meg)
+                 held, in_place)
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, offp,
-                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held, meg)
+                 hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held, in_place)
     heavier = p1["_total"] > p0["_total"]
     return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
 
