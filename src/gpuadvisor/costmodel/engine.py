@@ -247,6 +247,9 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     fsdp = _zero_on_fsdp(a)
     # rows that run as Megatron (_megatron_rows): its gradient buffer's dtype and in-place sync
     meg = _megatron_rows(ctx, a, fsdp)
+    # ... unless the plan names DeepSpeed's ZeRO (Megatron-DeepSpeed): its stage 1 all-reduces the gradient buckets
+    # (_data_parallel) and its optimizer holds its buckets (_device), where Megatron's syncs in place
+    ds_named = a[:, 20] == ZERO_IMPLS.index("deepspeed")
 
     # ---- memory (memory.py) ----
     layers, first, last = _stage_params(ctx, pp)
@@ -254,7 +257,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # DeepSpeed ZeRO-3 keeps its last gathers into the backward and its replayed gathers for the layer's backward
     # (_ds_reuse): held in memory, not sent again
     kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
-    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg, meg & ~ds_named)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -337,9 +340,8 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # ---- data parallel: DDP / ZeRO-1/2 gradient sync, offload, optimizer ----
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
-    # ZeRO-1 beside TP/PP runs as Megatron's distributed optimizer unless the plan puts it on DeepSpeed
-    # (Megatron-DeepSpeed: zero_impl deepspeed, whose stage 1 all-reduces the gradient buckets, _data_parallel)
-    dist_opt = ((tp > 1) | (pp > 1) | meg) & (a[:, 20] != ZERO_IMPLS.index("deepspeed"))
+    # ZeRO-1 beside TP/PP runs as a distributed optimizer unless the plan names DeepSpeed's (`ds_named`)
+    dist_opt = ((tp > 1) | (pp > 1) | meg) & ~ds_named
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg)
@@ -508,10 +510,12 @@ def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1) | (ep > 1))
 
 
-def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg) -> dict[str, np.ndarray]:
+def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg,
+            in_place) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank; `kept`: the layers
     DeepSpeed ZeRO-3 still holds gathered when the backward starts (_ds_reuse); `meg`: the rows that run as
-    Megatron (_megatron_rows), whose gradients are `Context.megatron_grad_bytes` each, synced in place."""
+    Megatron (_megatron_rows), whose gradients are `Context.megatron_grad_bytes` each; `in_place`: those of them
+    that sync in place on Megatron's buffers (not under DeepSpeed's ZeRO), so hold no bucket copies."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     offp = (off >= 2) & (zero >= 3)  # candidates.OFFLOADS: the parameters in host RAM too
@@ -561,9 +565,6 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     held = np.where(fsdp, 0.0, kept * _layer_bytes(ctx, tp, e_shard)
                     + (np.minimum(ctx.p_head / tp, DEEPSPEED_MAX_REUSE_DISTANCE) * ctx.weight_bytes
                        if ctx.transformer else 0.0))
-    # Megatron's own sync runs in place on its buffers; under DeepSpeed's ZeRO (Megatron-DeepSpeed: zero_impl
-    # deepspeed) its optimizer holds its reduce and all-gather buckets as it does for any model
-    in_place = meg & (a[:, 20] != ZERO_IMPLS.index("deepspeed"))
     p0 = _device(ctx, st["p_first"], st["w_first"], st["train_first"], acts0, np.where(pp == 1, logits, 0.0), dp,
                  tp, pp, zero, off, offp, hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp,
                  held, in_place)

@@ -841,8 +841,6 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     _deepspeed_stage(js, pp, switches, rb, where, grad_accum)
 
 
-
-
 def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, where: str,
                      grad_accum: Optional[str] = None) -> None:
     """The ZeRO stage DeepSpeed's engine runs, into the plan, and what Megatron-DeepSpeed leaves unmodelled.
