@@ -147,10 +147,12 @@ def make_workload(model: Union[str, ModelSpec], *, seq_len: Optional[int] = None
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path), or take a ModelSpec, plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
-    attention_kernel: "flash" (FlashAttention-2 / PyTorch SDPA: the bundled trainers, DeepSpeed, torchtitan, HF) or
-    "cudnn" (Transformer Engine's cuDNN fused attention: Megatron-Core, NeMo).
-    kernels: "eager" (PyTorch modules as the bundled trainers run them; default) or "fused" (fused norm and loss
-    kernels: llm-foundry, Liger, torch.compile), which sets the stored activations and logits.
+    attention_kernel: "flash" (FlashAttention-2 / PyTorch SDPA: the bundled trainers, DeepSpeed, torchtitan, HF),
+    "flash3" (FlashAttention-3 on Hopper / -4 on Blackwell: flash-attn 3/4) or "cudnn" (Transformer Engine's cuDNN
+    fused attention: Megatron-Core, NeMo).
+    kernels: "eager" (PyTorch modules as the bundled trainers run them; default), "fused" (fused norm and loss
+    kernels: llm-foundry, torch.compile) or "liger" (fused, and Liger-Kernel's chunked linear cross-entropy, which
+    never holds the logits whole): they set the stored activations and logits.
     Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
     return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
@@ -218,11 +220,12 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         use_learned: apply the learned correction fitted on knowledge/ and local measurements.
         finetune: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); with a Workload
             it replaces the workload's own.
-        attention_kernel: "flash" (FlashAttention-2 / SDPA, default) or "cudnn" (Transformer Engine, as Megatron-Core
-            and NeMo run it).
+        attention_kernel: "flash" (FlashAttention-2 / SDPA, default), "flash3" (FlashAttention-3/4 on Hopper /
+            Blackwell) or "cudnn" (Transformer Engine, as Megatron-Core and NeMo run it).
         kernels: "eager" (PyTorch modules, as the bundled trainers of launch.sh run them; default), "fused"
-            (fused norm/loss kernels: llm-foundry, Liger, torch.compile), "fused-layers" (torch.compile of the model
-            alone, beside an eager loss) or "hf" (Hugging Face transformers' modeling code run eagerly: eager, plus
+            (fused norm/loss kernels: llm-foundry, torch.compile), "liger" (fused, and Liger-Kernel's chunked linear
+            cross-entropy: no whole logits), "fused-layers" (torch.compile of the model alone, beside an eager loss)
+            or "hf" (Hugging Face transformers' modeling code run eagerly: eager, plus
             the HBM passes of its op-by-op norms, rotary, K/V repeat and gate): what the layers and loss store.
     """
     from .workload.finetune import trainable_params

@@ -172,8 +172,8 @@ def test_cudnn_attention_speeds_up_only_the_core_and_only_where_flashattention_2
     assert 0.5 * share < saved < 1.5 * share
     # A100: FlashAttention-2 already runs at the GEMM rate there (attn_rel 1): no change
     assert step("dgx-a100-8x", "cudnn").step_s == pytest.approx(step("dgx-a100-8x", "flash").step_s)
-    with pytest.raises(UserError, match="unknown attention kernel 'fa3'; use one of flash, cudnn"):
-        make_workload("llama-7b", attention_kernel="fa3")
+    with pytest.raises(UserError, match="unknown attention kernel 'fa2'; use one of flash, flash3, cudnn, eager"):
+        make_workload("llama-7b", attention_kernel="fa2")
 
 
 def test_transformer_engine_frameworks_map_to_cudnn_attention():

@@ -14,14 +14,17 @@ from typing import Callable, NoReturn, Optional
 from .. import exitcodes
 
 ATTENTION_HELP = ("attention kernel of the stack you will train with: flash = FlashAttention-2 / PyTorch SDPA "
-                  "(bundled trainers, DeepSpeed, torchtitan, HF; default), cudnn = Transformer Engine's cuDNN "
+                  "(bundled trainers, DeepSpeed, torchtitan, HF; default), flash3 = FlashAttention-3 (Hopper) / -4 "
+                  "(Blackwell), flash-attn 3/4 (HF attn_implementation='flash_attention_3'), cudnn = Transformer "
+                  "Engine's cuDNN "
                   "attention and layers (Megatron-Core, NeMo; their smaller stored activations too), eager = an "
                   "unfused core that stores the s x s scores (HF attn_implementation='eager', Megatron-DeepSpeed "
                   "without --use-flash-attn-v2)")
 KERNELS_HELP = ("what the layers and loss store: eager = PyTorch modules, as the bundled trainers (launch.sh), HF and "
                 "accelerate run them (autocast norms keep fp32 inputs, SDPA's K/V and output copies, cross-entropy "
                 "on fp32 logits, MoE experts looped in Python; default), fused = fused norm and loss kernels and "
-                "grouped-GEMM experts (llm-foundry, Liger, torch.compile, Megatron, torchtitan), fused-layers = "
+                "grouped-GEMM experts (llm-foundry, torch.compile, Megatron, torchtitan), liger = fused, and a fused "
+                "linear cross-entropy that never holds the logits whole (Liger-Kernel: long sequences), fused-layers = "
                 "compiled layers beside an eager fp32 loss (torch.compile of the model alone), hf = Hugging Face "
                 "transformers' modeling code run eagerly (eager, plus the HBM passes of its op-by-op fp32 RMSNorm, "
                 "rotary, K/V repeat and gate: your own HF Trainer / peft script)")

@@ -73,7 +73,9 @@ def describe_workload(w: Workload) -> str:
     params = human_count(m.params)
     if m.kind == "transformer":
         kernel = (", cuDNN attention" if t.attention_kernel == "cudnn" else
+                  ", FlashAttention-3/4" if t.attention_kernel == "flash3" else
                   ", fused kernels" if t.kernels == "fused" else
+                  ", fused kernels, chunked linear cross-entropy" if t.kernels == "liger" else
                   ", compiled layers, eager loss" if t.kernels == "fused-layers" else
                   ", Hugging Face eager modules" if t.kernels == "hf" else "")
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "

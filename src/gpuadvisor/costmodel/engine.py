@@ -24,7 +24,8 @@ from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_steps_latency_s
 from .analytical.compute import CORE_FORWARD_SHARE, alignment_factor, layer_gemm_efficiency
-from .analytical.memory import MemoryParts, activation_bytes_per_layer, logits_bytes, state_bytes_per_param
+from .analytical.memory import (MemoryParts, activation_bytes_per_layer, chunked_loss_bytes, logits_bytes,
+                                state_bytes_per_param)
 from .rules import Rule, load_rules
 
 __all__ = ["Batch", "Eval", "evaluate", "evaluate_batch", "plan_row", "unique_rows", "REASONS", "MEMORY_TIGHT"]
@@ -537,7 +538,8 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
             sched == 2, np.minimum(m, pp * (1.0 + (pp - 1) / (pp * v))), np.minimum(pp, m))))
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
-        logits = logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_loss)  # the loss's peak, vocab-parallel
+        logits = (chunked_loss_bytes(ctx.s, mb, ctx.V, ctx.h, ctx.act_bytes, ctx.weight_bytes, tp)
+                  if ctx.chunked_loss else logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_loss))
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)

@@ -260,7 +260,7 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     from . import megatron as _megatron
 
     unfused = "attention: predicted with an unfused attention core (the s x s scores stored and moved through memory"
-    if workload.core_kernel == "eager" and workload.training.attention_kernel == "flash":
+    if workload.core_kernel == "eager" and workload.training.attention_kernel in ("flash", "flash3"):
         return [f"{unfused}): '{workload.model.name}' has attention sinks, which FlashAttention-2 cannot run (HF "
                 "trains it with attn_implementation='eager'); launch.sh's trainer runs SDPA without the sinks. With a "
                 "Transformer Engine whose cuDNN (9.18 or later) fuses them, predict with --attention-kernel cudnn"]
@@ -268,6 +268,10 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
         return [f"{unfused}, as your stack runs it); every written file runs fused attention (FlashAttention-2 / SDPA, "
                 "or Transformer Engine's in megatron_args.txt), which is faster and stores no scores: they would "
                 "allow a larger micro-batch than this plan"]
+    if workload.training.attention_kernel == "flash3":
+        return ["attention: predicted with FlashAttention-3/4 (flash-attn 3/4); launch.sh, torchtitan.toml and the "
+                "other files run PyTorch's SDPA (FlashAttention-2), slower on this GPU: your own Hugging Face script "
+                "with attn_implementation='flash_attention_3' and flash-attn 3 installed runs what was predicted"]
     curve = gemm_curve(device.name, device.spec_key)
     if curve.attn_rel == curve.attn_rel_cudnn:
         return []
@@ -347,9 +351,11 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     except ValueError as exc:
         raise UserError(str(exc)) from None
     placed = choose_nodes(plan, cluster)
-    from ..costmodel.analytical import check_fp8_devices
+    from ..costmodel.analytical import check_attention_devices, check_fp8_devices
 
-    check_fp8_devices(workload, [d for _, used in placed for d in used])
+    used_devices = [d for _, used in placed for d in used]
+    check_fp8_devices(workload, used_devices)
+    check_attention_devices(workload, used_devices)
     nodes = [n for n, _ in placed]
     multi = len(placed) > 1
     addr = master_addr or node_address(nodes[0])

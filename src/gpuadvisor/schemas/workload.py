@@ -15,8 +15,10 @@ Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: The attention kernel the training stack runs: "flash" is FlashAttention-2 (PyTorch SDPA's default fused kernel
 #: on GPUs, flash-attn 2, Hugging Face, DeepSpeed, torchtitan, the bundled trainers); "cudnn" is cuDNN's fused
-#: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell).
-AttentionKernel = Literal["flash", "cudnn", "eager"]
+#: attention as Transformer Engine runs it in Megatron-Core and NeMo (FlashAttention-3 class on Hopper/Blackwell);
+#: "flash3" is FlashAttention-3 on Hopper / FlashAttention-4 on Blackwell (flash-attn 3/4, Hugging Face
+#: attn_implementation "flash_attention_3"), the architecture's own kernels, in PyTorch layers.
+AttentionKernel = Literal["flash", "flash3", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
 #: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE),
@@ -24,8 +26,9 @@ ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: alone: torchtitan until its loss was compiled too, its compile.components = ["model"]), "hf" Hugging Face
 #: transformers' modeling code run eagerly (op-by-op fp32 RMSNorm, rotate-half rotary, repeat_kv, act·up as two
 #: kernels; torchtitan's own modules of 2024 without torch.compile too): eager storage and loss, and the extra HBM
-#: traffic of those ops (costmodel/analytical/compute.hf_eager_traffic).
-Kernels = Literal["eager", "fused", "fused-layers", "hf"]
+#: traffic of those ops (costmodel/analytical/compute.hf_eager_traffic), "liger" fused layers and a fused linear
+#: cross-entropy that never holds the logits whole (Liger-Kernel on a Hugging Face model: memory.chunked_loss_bytes).
+Kernels = Literal["eager", "fused", "fused-layers", "hf", "liger"]
 KERNELS: tuple[str, ...] = get_args(Kernels)
 
 
@@ -176,6 +179,9 @@ class TrainingSettings(Frozen):
     precision: Precision = "bf16"
     attention_kernel: AttentionKernel = Field("flash", description="Attention kernel of the training stack: "
                                               "flash (FlashAttention-2, PyTorch SDPA; eager PyTorch layers), "
+                                              "flash3 (FlashAttention-3 on Hopper, FlashAttention-4 on Blackwell: "
+                                              "flash-attn 3/4, HF attn_implementation='flash_attention_3'; "
+                                              "PyTorch layers), "
                                               "cudnn (Transformer Engine layers, whose stored activations and FP8 "
                                               "weight caches are priced too) or eager (an unfused core that "
                                               "materialises the s x s scores: HF attn_implementation='eager', "
@@ -188,8 +194,11 @@ class TrainingSettings(Frozen):
                              "repeated to every head before SDPA and its output is copied for the projection, the "
                              "loss runs on an fp32 copy of the logits, a MoE layer loops over its experts in "
                              "Python) or fused (fused norm and cross-entropy kernels, FlashAttention's own layout "
-                             "and grouped-GEMM experts: llm-foundry's MPT, Liger, torch.compile, Transformer "
-                             "Engine, Megatron, torchtitan) or fused-layers (fused layers, eager fp32 loss: "
+                             "and grouped-GEMM experts: llm-foundry's MPT, torch.compile, Transformer "
+                             "Engine, Megatron, torchtitan) or liger (fused as above, and a fused linear "
+                             "cross-entropy that computes the logits a chunk of tokens at a time and never holds "
+                             "them whole: Liger-Kernel's, as Axolotl, TRL and LLaMA-Factory enable it) or "
+                             "fused-layers (fused layers, eager fp32 loss: "
                              "torch.compile of the model alone) or hf (Hugging Face transformers' modeling code run "
                              "eagerly: eager storage and loss, and the HBM passes of its op-by-op fp32 RMSNorm, "
                              "rotate-half rotary, repeat_kv and act·up). attention_kernel cudnn implies fused")
@@ -307,4 +316,4 @@ class Workload(Frozen):
         no kernel for the sink logit (Dao-AILab/flash-attention #1895, TE disables it for softmax_type
         'learnable'), and HF trains GPT-OSS with attn_implementation='eager'."""
         kernel = self.training.attention_kernel
-        return "eager" if kernel == "flash" and self.model.attention_sinks else kernel
+        return "eager" if kernel in ("flash", "flash3") and self.model.attention_sinks else kernel

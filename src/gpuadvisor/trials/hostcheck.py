@@ -119,11 +119,15 @@ def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
     attention sinks, which the trainers' SDPA runs without: the same mismatch. `kernels` "hf" prices Hugging Face's
     op-by-op modeling code, which the trainers' modules (PyTorch's nn.RMSNorm) do not run."""
     refuse_fp8(precision, command)
+    if kernels == "liger":
+        raise UserError(f"{command}: --kernels liger prices Liger-Kernel's chunked linear cross-entropy, which the "
+                        "bundled trainers do not run (their loss holds the logits); confirm with --kernels eager, or "
+                        "predict your own script with `gpuadvisor predict --from` its config")
     if kernels == "hf":
         raise UserError(f"{command}: --kernels hf prices Hugging Face's modeling code, which the bundled trainers do "
                         "not run (their norms are PyTorch's nn.RMSNorm); confirm with --kernels eager, or predict your "
                         "own script with `gpuadvisor predict --from` its accelerate.yaml")
-    if core_kernel == "eager" and attention_kernel == "flash":
+    if core_kernel == "eager" and attention_kernel in ("flash", "flash3"):
         raise UserError(f"{command}: this model's attention sinks cannot be measured by the bundled trainers, whose "
                         "SDPA attention runs without them while the prediction prices the unfused core they need; "
                         "time your own stack with `gpuadvisor predict --from` on its config")
@@ -136,6 +140,8 @@ def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
 
 #: attention kernels the bundled trainers do not run: where the user times them instead
 _UNMEASURABLE_KERNELS = {
+    "flash3": "your own script with flash-attn 3 (HF attn_implementation='flash_attention_3') with `gpuadvisor "
+              "predict --from` its config",
     "cudnn": "the megatron_args.txt that --emit writes (Transformer Engine's cuDNN attention)",
     "eager": "your own stack's unfused attention with `gpuadvisor predict --from` on its config"}
 

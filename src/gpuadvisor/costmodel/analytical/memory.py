@@ -254,6 +254,20 @@ def logits_bytes(s: int, b: int, vocab: int, tp: int = 1, fused: bool = False) -
     return (LOGIT_BYTES_FUSED if fused else LOGIT_BYTES_EAGER) * s * b * vocab / tp
 
 
+def chunked_loss_bytes(s: int, b, vocab: int, d_model: int, act_bytes: float, weight_bytes: float, tp: int = 1):
+    """The loss's peak when a fused linear cross-entropy never holds the logits whole (TrainingSettings.kernels
+    "liger"): Liger-Kernel's LigerFusedLinearCrossEntropyFunction (linkedin/Liger-Kernel
+    src/liger_kernel/ops/fused_linear_cross_entropy.py, fused_linear_cross_entropy_forward) runs the head and the
+    loss over chunks of next_power_of_2(⌈tokens / ⌈V/h⌉⌉) tokens, so one chunk's logits are about tokens × h
+    elements; it computes the gradients in the forward and keeps the input gradient (tokens × h) and the head's
+    weight gradient (V × h, the parameter's dtype) until the backward. Works on arrays of b (vocab-parallel: V/tp)."""
+    tokens = s * np.asarray(b, dtype=float)
+    v = vocab / tp
+    inc = np.ceil(v / d_model)
+    chunk = np.minimum(tokens, 2.0 ** np.ceil(np.log2(np.maximum(1.0, np.ceil(tokens / inc)))))
+    return act_bytes * (chunk * v + tokens * d_model) + weight_bytes * v * d_model
+
+
 @dataclass
 class MemoryParts:
     """Lean memory breakdown of one device (bytes), converted to schemas.MemoryBreakdown for display."""

@@ -19,11 +19,13 @@ from .base import StepScreen
 
 #: Attention kernels: (label, TrainingSettings.attention_kernel) — docs/cost-model.md "FP8 training and the
 #: attention kernel".
-KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("cuDNN (Transformer Engine: Megatron)", "cudnn"),
+KERNELS = (("FlashAttention-2 (PyTorch, DeepSpeed)", "flash"), ("FlashAttention-3/4 (Hopper, Blackwell)", "flash3"),
+           ("cuDNN (Transformer Engine: Megatron)", "cudnn"),
            ("unfused (HF eager, Megatron-DeepSpeed)", "eager"))
 #: What the layers and loss store: (label, TrainingSettings.kernels) — docs/workload.md "kernels".
 STACKS = (("eager PyTorch (bundled trainers, HF, accelerate)", "eager"),
-          ("fused (torch.compile, Megatron, llm-foundry, Liger)", "fused"),
+          ("fused (torch.compile, Megatron, llm-foundry)", "fused"),
+          ("fused + Liger chunked loss (HF + Liger-Kernel)", "liger"),
           ("compiled model, eager loss", "fused-layers"),
           ("Hugging Face modeling code, eager", "hf"))
 #: Fine-tuning choices: (label, FineTune.method).
