@@ -24,6 +24,13 @@ TRAINING_FILES: dict[str, int] = {
     "single_node_gpt2": 7,
 }
 
+#: What a source's own script fixes that its rows leave empty: source_id -> (gradient accumulation steps, where).
+#: A row without its global batch gets micro-batch x GPUs x these steps, and the `grad_accum` cell.
+SCRIPT_ACCUMULATION: dict[str, tuple[int, str]] = {
+    "mleng_h200_vs_b200_llama8b": (1, "stas00/ml-engineering insights/when-to-upgrade-gpus/benchmark.py ds_config(): "
+                                      "gradient_accumulation_steps 1, train_micro_batch_size_per_gpu 1"),
+}
+
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
 
@@ -120,14 +127,23 @@ class PublicRun:
         return self._time_from_tflops()
 
     def _time_from_tflops(self) -> Optional[float]:
-        from .metrics import FULL_RECOMPUTE_FORMULA, GPT2_VOCAB, full_recompute_flops_per_iteration
+        """Seconds per step from the TFLOP/s per GPU through the FLOP formula the row's `metric_definition` names
+        (metrics.FULL_RECOMPUTE_FORMULA, metrics.CAUSAL_MODEL_FORMULA); None for any other definition."""
+        from .metrics import (CAUSAL_MODEL_FORMULA, FULL_RECOMPUTE_FORMULA, GPT2_VOCAB,
+                              causal_model_flops_per_iteration, full_recompute_flops_per_iteration)
 
-        shape = (self.global_batch, self.seq_len, self.layers, self.hidden)
-        if FULL_RECOMPUTE_FORMULA not in self.metric_definition.replace(" ", "") or not all(shape):
+        if not (self.tflops_per_gpu and self.gpus and self.global_batch and self.seq_len and self.layers
+                and self.hidden):
             return None
-        if not (self.tflops_per_gpu and self.gpus):
+        if FULL_RECOMPUTE_FORMULA in self.metric_definition.replace(" ", ""):
+            flops = full_recompute_flops_per_iteration(self.global_batch, self.seq_len, self.layers, self.hidden,
+                                                       vocab=self.vocab or GPT2_VOCAB)
+        elif CAUSAL_MODEL_FORMULA in self.metric_definition and self.heads and self.ffn_hidden and self.vocab:
+            flops = causal_model_flops_per_iteration(self.global_batch, self.seq_len, self.layers, self.hidden,
+                                                     self.heads, self.kv_heads or self.heads, self.ffn_hidden,
+                                                     self.vocab)
+        else:
             return None
-        flops = full_recompute_flops_per_iteration(*shape, vocab=self.vocab or GPT2_VOCAB)  # type: ignore[arg-type]
         return flops / (self.tflops_per_gpu * 1e12 * self.gpus)
 
     @property
@@ -154,6 +170,11 @@ def _parse_row(family: str, index: int, raw: dict[str, str]) -> PublicRun:
         values[name] = _int(raw.get(name) or "")
     for name in _FLOAT_FIELDS:
         values[name] = _num(raw.get(name) or "")
+    script = SCRIPT_ACCUMULATION.get(str(values["source_id"]))
+    if script and values["micro_batch"] and values["gpus"]:
+        values["grad_accum"] = values["grad_accum"] or script[0]
+        values["global_batch"] = values["global_batch"] or (
+            values["micro_batch"] * values["gpus"] * values["grad_accum"])  # type: ignore[operator]
     return PublicRun(**values)  # type: ignore[arg-type]
 
 

@@ -47,6 +47,8 @@ LIMITS: dict[str, str] = {
     "pp-schedule": "pipeline schedule not stated where the source overlaps pipeline communication, which Megatron "
                    "does only in its interleaved schedule -> interleaved with the fewest virtual stages the layers "
                    "allow",
+    "cpu-unstated": "host CPU of a ZeRO-Offload row not stated -> the GPU generation's DGX CPU (SYSTEM_CPU), whose "
+                    "cores run DeepSpeed's CPU Adam",
     "fp8-recipe": "FP8 with finer scaling than per tensor (torchao rowwise, blockwise 32x32/128x128, MX block "
                   "scaling on Hopper) -> per-tensor FP8 (their extra scale traffic and slower GEMMs are not priced)",
 }
@@ -97,6 +99,14 @@ INSTANCE_CPU: tuple[tuple[str, tuple[int, int, int, str]], ...] = (
                                    "1900 GiB RAM per VM")),
 )
 
+#: DGX systems -> their CPU (physical cores, sockets, host RAM GiB, source): what the `cpu-unstated` approximation
+#: gives an offload row whose CPU the source does not state (GENERATION_SYSTEM picks the system).
+SYSTEM_CPU: dict[str, tuple[int, int, int, str]] = {
+    "DGX-A100": (128, 2, 2048, "DGX A100 datasheet: 2x AMD EPYC 7742, 128 cores, 2 TB (640 GB system)"),
+    "DGX-H100": (112, 2, 2048, "DGX H100 datasheet: 2x Intel Xeon Platinum 8480C, 112 cores, 2 TB"),
+    "DGX-B200": (112, 2, 2048, "DGX B200 datasheet: 2x Intel Xeon Platinum 8570, 112 cores, 2 TB"),
+}
+
 #: torchtitan rows (their unstated pipeline split and micro-batch count are torchtitan's defaults).
 TORCHTITAN = re.compile(r"torchtitan", re.IGNORECASE)
 #: A torchtitan row that says only "selective" ran the train config's choice: per-op (train_configs/llama3_8b.toml,
@@ -136,6 +146,17 @@ P2P_OVERLAP_SOURCES = frozenset({"megatron_h100_weak_scaling_table", "megatron_h
 #: run switches FlashAttention on (--use-flash-attn-v2; the software column then names it): attention_kernel "eager"
 UNFUSED_FRAMEWORKS = re.compile(r"megatron-deepspeed", re.IGNORECASE)
 FLASH_SOFTWARE = re.compile(r"flash", re.IGNORECASE)
+#: Rows whose stack ran FlashAttention-3 (Hopper) or -4 (Blackwell): flash-attn 3/4 in the software or FA3/FA4 in the
+#: options (TrainingSettings.attention_kernel "flash3")
+FLASH3_SOFTWARE = re.compile(r"flash-attn-[34]|\bFA[34]\b|flash_attention_[34]", re.IGNORECASE)
+#: Rows whose loss is Liger-Kernel's fused linear cross-entropy (TrainingSettings.kernels "liger")
+LIGER = re.compile(r"liger", re.IGNORECASE)
+#: What a source's benchmark script runs where its rows do not say: source_id -> (attention kernel, kernels, where).
+SOURCE_STACK: dict[str, tuple[str, str, str]] = {
+    "mleng_h200_vs_b200_llama8b": ("flash3", "liger", "stas00/ml-engineering insights/when-to-upgrade-gpus/"
+                                   "benchmark.py: attn_implementation by GPU (Hopper flash_attention_3, Blackwell "
+                                   "flash_attention_4), USE_LIGER 1 (AutoLigerKernelForCausalLM)"),
+}
 #: torchtitan releases of 2024 compiled the model's blocks with `[training] compile` and left the loss eager
 #: (train.py: "TODO: compiling loss function causes CUDA errors, turning off for now"); 2025's
 #: components/loss.py build_cross_entropy_loss compiles it too. Dated by the row's software column.
@@ -296,16 +317,33 @@ def _cluster(gpu_key: str, memory_gib: Optional[float], nodes: int, gpn: int, to
     return cluster_from_dict(doc, name=doc["name"], source="public measurement (gpuadvisor.publicruns)")
 
 
-def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str],
-               approximate: Collection[str] = ()) -> Cluster:
-    """The cluster the run was measured on, built through the cluster-file format."""
-    memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
-    network, nics = network_of(run, gpn, notes, spec, approximate) if nodes > 1 else (None, ())
-    cpu = None
+def cpu_of(run: PublicRun, spec: GpuSpec, offload: bool, approximate: Collection[str],
+           notes: list[str]) -> Optional[tuple[int, int, int]]:
+    """(cores, sockets, RAM GiB) of the run's nodes: its cloud instance's (INSTANCE_CPU), else None (the cluster
+    file's default, one core). A ZeRO-Offload row needs it (its CPU Adam runs on those cores): without it, refused
+    unless `cpu-unstated` gives it the GPU generation's DGX CPU (SYSTEM_CPU)."""
     for pattern, (cores, sockets, ram, why) in INSTANCE_CPU:
         if re.search(pattern, run.gpu):
-            cpu = (cores, sockets, ram)
             notes.append(f"node CPU: {why}")
+            return cores, sockets, ram
+    if not offload:
+        return None
+    system = next((name for key, name in GENERATION_SYSTEM if key == spec.key), None)
+    if system is None or system not in SYSTEM_CPU:
+        raise Unsupported("host CPU of an offload run not stated")
+    _limit("cpu-unstated", "host CPU of an offload run not stated", approximate, notes)
+    cores, sockets, ram, why = SYSTEM_CPU[system]
+    notes.append(f"node CPU not stated: {why}")
+    return cores, sockets, ram
+
+
+def cluster_of(run: PublicRun, spec: GpuSpec, nodes: int, gpn: int, notes: list[str],
+               approximate: Collection[str] = (), offload: bool = False) -> Cluster:
+    """The cluster the run was measured on, built through the cluster-file format (`offload`: the run keeps its
+    optimizer in host RAM, so its CPU matters: cpu_of)."""
+    memory = run.gpu_mem_gb if run.gpu_mem_gb and abs(run.gpu_mem_gb - spec.memory_gib) > 1 else None
+    network, nics = network_of(run, gpn, notes, spec, approximate) if nodes > 1 else (None, ())
+    cpu = cpu_of(run, spec, offload, approximate, notes)
     return _cluster(spec.key, memory, nodes, gpn, topology_of(spec, gpn), network, nics, cpu)
 
 
@@ -386,6 +424,10 @@ def kernels_of(run: PublicRun, notes: list[str]) -> str:
     Transformer Engine): their largest micro-batches ran where eager modules' storage would not fit. torchtitan
     says whether it compiled: a row that did not ran eager modules; one of 2024 compiled the blocks beside an eager
     loss (TORCHTITAN_EAGER_LOSS)."""
+    if LIGER.search(f"{run.software} {run.other_opts}") or SOURCE_STACK.get(run.source_id, ("", ""))[1] == "liger":
+        notes.append("Liger-Kernel: fused norms, rotary and SwiGLU, and its chunked linear cross-entropy (kernels "
+                     "liger)")
+        return "liger"
     if not TORCHTITAN.search(run.framework):
         return "fused"
     if run.compile.strip().lower().startswith("no"):
@@ -473,7 +515,7 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
         notes.append("distributed optimizer (ZeRO-1): the NeMo / Megatron-Bridge recipes' default")
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
-    only = re.search(r"offload \(optimizer states(, activations)?\)", opts)
+    only = re.search(r"offload \(optimizer states(, activations)?\)|optimizer (states )?(offload|offloaded)", opts)
     if offload and only and only.group(1):
         _limit("offload-activations", "activation checkpoints offloaded to host RAM", approximate, notes)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
@@ -687,8 +729,10 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         vpp = attempt(megatron_stages_per_rank, run, model.n_layers, degrees[2], batch[1], approximate, notes) or 0
     if placement and placement[0] > 1 and (reasons or not spec):
         attempt(network_of, run, placement[1], [], spec, approximate)  # only for its reason: no cluster is built
-    cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate) if spec and placement and not reasons
-               else None)
+    if spec and sharding and sharding[1]:
+        attempt(cpu_of, run, spec, True, approximate, [])  # only for its reason; cluster_of notes it below
+    cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate, bool(sharding and sharding[1]))
+               if spec and placement and not reasons else None)
     if spec and model and precision and not reasons:
         attempt(plausible_rate, run, spec, model, precision)
     if reasons:
@@ -696,10 +740,16 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     assert cluster is not None  # built whenever no reason was recorded
     plan = plan_of(run, degrees, placement, sharding, batch, recompute, notes, vpp)
     kernel = ("cudnn" if TE_FRAMEWORKS.search(run.framework) else
+              "flash3" if FLASH3_SOFTWARE.search(f"{run.software} {run.other_opts}")
+              or SOURCE_STACK.get(run.source_id, ("",))[0] == "flash3" else
               "eager" if UNFUSED_FRAMEWORKS.search(run.framework) and not FLASH_SOFTWARE.search(run.software or "")
               else "flash")
     if kernel == "cudnn":
         notes.append("attention: cuDNN fused attention (Transformer Engine, the framework's default)")
+    elif kernel == "flash3":
+        notes.append("attention: FlashAttention-3/4 (flash-attn 3/4: "
+                     + (SOURCE_STACK[run.source_id][2] if run.source_id in SOURCE_STACK else "the row's software")
+                     + ")")
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
     bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework))

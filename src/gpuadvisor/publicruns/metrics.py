@@ -66,6 +66,26 @@ GPT2_VOCAB = 50257
 FULL_RECOMPUTE_FORMULA = "96*B*s*l*h^2*(1+s/(6h)+V/(16*l*h))"
 
 
+#: The row's `metric_definition` when its TFLOP/s follow causal_model_flops_per_iteration (ml-engineering's
+#: HF + DeepSpeed benchmark, insights/when-to-upgrade-gpus).
+CAUSAL_MODEL_FORMULA = "with causal attention FLOPs"
+
+
+def causal_model_flops_per_iteration(batch: int, seq_len: int, layers: int, hidden: int, heads: int,
+                                     kv_heads: int, ffn_hidden: int, vocab: int) -> float:
+    """Model FLOPs of one iteration of a dense gated (SwiGLU) GQA decoder, attention counted causally.
+
+    6·N·B·s + 6·B·s²·q·L, N = L·(3·h·ffn + h·(2q + 2kv)) + V·h (q = heads·head_dim, kv = kv_heads·head_dim, the
+    embedding and LM head once), activation-checkpoint recompute excluded: `estimate_tflos` of stas00/ml-engineering
+    insights/when-to-upgrade-gpus/benchmark.py (ported there from arctic_training's FlopsCounter), whose TFLOPS
+    per GPU x GPUs x seconds is this number. Causal: half of PaLM's 12·s·q per token (compute.py counts the full s).
+    """
+    head_dim = hidden // heads
+    q, kv = heads * head_dim, kv_heads * head_dim
+    dense = layers * (3 * hidden * ffn_hidden + hidden * (2 * q + 2 * kv)) + vocab * hidden
+    return 6.0 * dense * batch * seq_len + 6.0 * batch * seq_len * seq_len * q * layers
+
+
 def full_recompute_flops_per_iteration(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
     """Hardware FLOPs of one iteration of a GPT (4h MLP) trained with full activation recomputation.
 
