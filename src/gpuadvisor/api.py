@@ -233,6 +233,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     from .launch import build_launch
     from .ranking import apply_what_if, rank
     from .ranking.alignment import padding_note
+    from .ranking.loss import chunked_loss_note
 
     clus, notes = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     for spec in what_if or []:
@@ -261,6 +262,9 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         pad = padding_note(wl, clus, ranking.top[0])
         if pad:
             notes.append(pad)
+    loss = chunked_loss_note(wl, clus, ranking, price_per_gpu_hour=price_per_gpu_hour)
+    if loss:
+        notes.append(loss)
     launch = build_launch(ranking.top[0].plan, clus, wl, ranking.top[0]) if ranking.top else None
     return Suggestion(ranking=ranking, cluster=clus, workload=wl, launch=launch, notes=notes,
                       trainable_params=trainable_params(wl))

@@ -62,7 +62,7 @@ def test_the_scripts_stack_is_flash_attention_3_and_liger(rows):
 
 
 def test_long_context_rows_fit_and_their_memory_follows_the_measured_slope(rows):
-    """With Liger's chunked loss the 128k-256k rows fit (the whole fp32 logits, 125 GiB at 256k, made them 'out of
+    """With Liger's chunked loss the 192k-256k rows fit (the whole fp32 logits, 125 GiB at 256k, made them 'out of
     memory'); beyond 64k the predicted peak is within 5 % of max_memory_reserved. At 8k the measurement carries the
     process's start (max_memory_reserved is never reset in benchmark.py): the prediction stays below it."""
     outcomes = evaluate_runs([rows[r] for r in (123, 127, 129, 131, 133, 134)], approximate=list(LIMITS))

@@ -201,7 +201,8 @@ def _names(names: list[str]) -> str:
     return f"nodes {shown}" + (f" and {len(names) - 2} more" if len(names) > 2 else "")
 
 
-def _label(p) -> str:
+def plan_label(p) -> str:
+    """A plan as the notes name it: strategy on nodes x devices (mb, m)."""
     s = p.strategy
     where = f"{p.nodes}x{p.devices_per_node}"
     return f"{s} on {where}" + (f" (mb={p.micro_batch_size}, m={p.num_micro_batches})")
@@ -221,8 +222,8 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
     if b is None:
         return []
     if objective == "memory":
-        return [f"{_label(a.plan)} needs {a.memory.total / 2**30:.1f} GiB per device vs "
-                f"{b.memory.total / 2**30:.1f} GiB for {_label(b.plan)}."]
+        return [f"{plan_label(a.plan)} needs {a.memory.total / 2**30:.1f} GiB per device vs "
+                f"{b.memory.total / 2**30:.1f} GiB for {plan_label(b.plan)}."]
     ta, tb = a.tokens_per_s, b.tokens_per_s
     # compare seconds per token of each component (batches may differ)
     pa = {k: v / max(a.step_time_s * ta, 1e-12) for k, v in _parts(a).items()}
@@ -237,7 +238,7 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
                     b.plan.zero_hpz_partition_size)
     frac_b = b.memory.total / b.memory_capacity_bytes if b.memory_capacity_bytes else 0.0
     if ta < tb and frac_b > MEMORY_TIGHT:
-        why = (f"{_label(b.plan)} needs {frac_b:.0%} of device memory, too close to the limit to run reliably "
+        why = (f"{plan_label(b.plan)} needs {frac_b:.0%} of device memory, too close to the limit to run reliably "
                f"(over {MEMORY_TIGHT:.0%} is ranked last)")
     elif ta < tb and ca < cb:
         why = (f"it is simpler ({a.plan.strategy} rather than {b.plan.strategy}) and within "
@@ -246,7 +247,7 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
         why = f"a similar breakdown and a simpler plan ({a.plan.strategy} rather than {b.plan.strategy})"
     if objective == "cost" and a.plan.world_size < b.plan.world_size:
         why = f"{b.plan.world_size - a.plan.world_size} fewer GPUs for {ta / tb:.2f}x the throughput"
-    return [f"{_compare(_label(a.plan), _label(b.plan), pct, objective)}: {why}."]
+    return [f"{_compare(plan_label(a.plan), plan_label(b.plan), pct, objective)}: {why}."]
 
 
 def _compare(a: str, b: str, pct: float, objective: str) -> str:
@@ -291,7 +292,7 @@ def _adapter_hint(cluster: Cluster, workload: Workload, **kw: Any) -> str:
         return ""
     method, best = found
     return (f"; if fine-tuning is the goal, {_ADAPTERS[method]} fits: {_adapter_flag(method)}, best plan "
-            f"{_label(best.plan)} at {best.tokens_per_s:,.0f} tokens/s")
+            f"{plan_label(best.plan)} at {best.tokens_per_s:,.0f} tokens/s")
 
 
 #: Scaling efficiency (Estimate.scaling_efficiency: the share of the devices' compute the plan keeps busy) below
@@ -318,7 +319,7 @@ def _idle_note(best: Estimate, cluster: Cluster, workload: Workload, **kw: Any) 
     method, alt = found
     return (f"{held}; if fine-tuning is the goal, {_ADAPTERS[method]} trains "
             f"{alt.tokens_per_s / best.tokens_per_s:.1f}x faster on this cluster: {_adapter_flag(method)}, best plan "
-            f"{_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s")
+            f"{plan_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s")
 
 
 #: Host RAM share of the usable above which an offload pick gets a warning: DeepSpeed's own estimators

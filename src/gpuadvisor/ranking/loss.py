@@ -1,0 +1,50 @@
+"""The chunked-loss advice: a language model's loss holds its logits, tokens x vocabulary of them, which at long
+sequences or large vocabularies (Llama 3's 128,256) is a large share of a GPU's memory and forces recompute, smaller
+micro-batches or more sharding. Liger-Kernel's fused linear cross-entropy computes the head and the loss a chunk of
+tokens at a time and never holds them (memory.chunked_loss_bytes); on a Hugging Face model it is one line
+(AutoLigerKernelForCausalLM, or use_liger_kernel in TRL / Axolotl / LLaMA-Factory). Priced, not asserted: the
+workload is ranked again with kernels "liger" and the gain is said only when it is worth a line."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ..schemas import Cluster, Ranking, Workload
+
+#: rank again when the loss's logits take at least this share of the top plan's peak memory (or nothing fits)
+LOGITS_SHARE = 0.25
+#: say it when the chunked loss's best plan is at least this much faster than the top plan
+MIN_GAIN = 0.05
+
+LIGER = ("Liger-Kernel's fused norms, rotary and SwiGLU and its chunked linear cross-entropy, which never holds the "
+         "logits (Hugging Face: AutoLigerKernelForCausalLM, or use_liger_kernel in TRL / Axolotl / LLaMA-Factory; "
+         "--kernels liger, API kernels='liger')")
+
+
+def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Ranking", **kw: Any) -> Optional[str]:
+    """One note when the loss's logits weigh on the top plan (LOGITS_SHARE of its peak) or nothing fits, and ranking
+    the same workload with Liger-Kernel's layers and loss (kernels "liger") finds a plan MIN_GAIN faster, or one
+    that fits; else None. Not for stacks whose loss is already chunked or Transformer Engine's (cudnn), nor for
+    models without a vocabulary."""
+    from .rank import plan_label, rank
+
+    t = workload.training
+    if workload.model.kind != "transformer" or t.kernels == "liger" or t.attention_kernel == "cudnn":
+        return None
+    top = ranking.top[0] if ranking.top else None
+    share = top.memory.logits / top.memory.total if top is not None and top.memory.total else 1.0
+    if top is not None and share < LOGITS_SHARE:
+        return None
+    chunked = workload.model_copy(update={"training": t.model_copy(update={"kernels": "liger"})})
+    found = rank(cluster, chunked, objective=ranking.objective, top=1, **kw)
+    if not found.top:
+        return None
+    alt = found.top[0]
+    if top is None:
+        return (f"nothing fits with the loss holding whole logits; with {LIGER}: best plan {plan_label(alt.plan)} at "
+                f"{alt.tokens_per_s:,.0f} tokens/s")
+    gain = alt.tokens_per_s / top.tokens_per_s - 1.0
+    if gain < MIN_GAIN:
+        return None
+    return (f"the loss holds {top.memory.logits / 2**30:.1f} GiB of logits, {share:.0%} of the top plan's peak; with "
+            f"{LIGER}: best plan {plan_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s (+{gain:.0%})")

@@ -1,0 +1,55 @@
+"""The chunked-loss advice (ranking/loss.py): when the loss's logits weigh on the top plan, or nothing fits, the
+workload is ranked again with Liger-Kernel's layers and loss and the gain is said when it is worth a line."""
+from __future__ import annotations
+
+from gpuadvisor import api
+from gpuadvisor.hardware.presets import load_preset
+from gpuadvisor.ranking import rank
+from gpuadvisor.ranking.loss import LOGITS_SHARE, MIN_GAIN, chunked_loss_note
+
+
+def _loss_notes(sug) -> list[str]:
+    return [n for n in sug.notes if "chunked linear cross-entropy" in n]
+
+
+def test_qlora_with_a_large_vocabulary_is_told_what_liger_gains():
+    """QLoRA of Llama 3.1 8B (128,256 entries) at 4,096 tokens on two 4090s: the eager loss's logits are ~40 % of the
+    top plan's peak; with Liger the best plan runs a larger micro-batch without recompute, faster."""
+    sug = api.suggest("llama-3.1-8b", preset="workstation-2x4090", finetune="qlora", seq_len=4096)
+    top = sug.ranking.top[0]
+    assert top.memory.logits / top.memory.total >= LOGITS_SHARE
+    (note,) = _loss_notes(sug)
+    assert note.startswith("the loss holds ") and "--kernels liger" in note and "AutoLigerKernelForCausalLM" in note
+    liger = api.suggest("llama-3.1-8b", preset="workstation-2x4090", finetune="qlora", seq_len=4096,
+                        kernels="liger").ranking.top[0]
+    assert liger.tokens_per_s >= (1 + MIN_GAIN) * top.tokens_per_s
+    assert f"{liger.tokens_per_s:,.0f} tokens/s" in note
+    assert not _loss_notes(api.suggest("llama-3.1-8b", preset="workstation-2x4090", finetune="qlora", seq_len=4096,
+                                       kernels="liger"))  # already chunked: nothing to say
+
+
+def test_a_sequence_that_fits_only_with_the_chunked_loss_says_so():
+    sug = api.suggest("llama-3.1-8b", preset="hgx-h100-8x", seq_len=262144, global_batch=8)
+    assert not sug.ranking.top and sug.ranking.fits_nowhere
+    (note,) = _loss_notes(sug)
+    assert note.startswith("nothing fits with the loss holding whole logits") and "best plan" in note
+
+
+def test_small_logits_and_transformer_engine_stacks_rank_once(monkeypatch):
+    """The default 1.5B GPT (50,257 entries at 1,024 tokens) keeps its logits under the share: no second ranking;
+    a Transformer Engine (cudnn) stack has its own loss and is never told to use Liger."""
+    import sys
+
+    rank_module = sys.modules["gpuadvisor.ranking.rank"]  # the package's `rank` attribute is the function
+    cluster = load_preset("hgx-h100-8x")
+    wl = api.make_workload("1.5B", seq_len=1024, global_batch=512)
+    te = api.make_workload("llama-3.1-8b", seq_len=262144, global_batch=8, attention_kernel="cudnn")
+    rankings = (rank(cluster, wl, top=1), rank(cluster, te, top=1))
+    top = rankings[0].top[0]
+    assert top.memory.logits / top.memory.total < LOGITS_SHARE
+    calls = []
+    real = rank_module.rank
+    monkeypatch.setattr(rank_module, "rank", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    assert chunked_loss_note(wl, cluster, rankings[0]) is None
+    assert chunked_loss_note(te, cluster, rankings[1]) is None
+    assert calls == []
