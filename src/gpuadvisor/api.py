@@ -233,6 +233,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     from .launch import build_launch
     from .ranking import apply_what_if, rank
     from .ranking.alignment import padding_note
+    from .ranking.attention import flash3_note
     from .ranking.loss import chunked_loss_note
 
     clus, notes = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
@@ -262,6 +263,9 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         pad = padding_note(wl, clus, ranking.top[0])
         if pad:
             notes.append(pad)
+        fa3 = flash3_note(wl, clus, ranking.top[0])
+        if fa3:
+            notes.append(fa3)
     loss = chunked_loss_note(wl, clus, ranking, price_per_gpu_hour=price_per_gpu_hour)
     if loss:
         notes.append(loss)

@@ -53,3 +53,29 @@ def test_small_logits_and_transformer_engine_stacks_rank_once(monkeypatch):
     assert chunked_loss_note(wl, cluster, rankings[0]) is None
     assert chunked_loss_note(te, cluster, rankings[1]) is None
     assert calls == []
+
+
+def test_hopper_long_sequences_are_told_what_flash_attention_3_gains():
+    """The top plan estimated again with FlashAttention-3/4: said on Hopper when it gains 10 % (at 64k tokens the core
+    is most of the step), not at 2k tokens, not on an A100 (which cannot run it), not when already asked for."""
+    from gpuadvisor.ranking.attention import MIN_GAIN as FA3_GAIN, flash3_note
+
+    def notes(preset, seq, **kw):
+        return [n for n in api.suggest("llama-3.1-8b", preset=preset, seq_len=seq, global_batch=8, **kw).notes
+                if n.startswith("attention: FlashAttention-3")]
+
+    cluster = load_preset("hgx-h100-8x")
+    wl = api.make_workload("llama-3.1-8b", seq_len=65536, global_batch=8)
+    top = rank(cluster, wl, top=1).top[0]
+    fast = api.predict(wl.model_copy(update={"training": wl.training.model_copy(
+        update={"attention_kernel": "flash3"})}), top.plan, cluster=cluster)
+    gain = fast.tokens_per_s / top.tokens_per_s - 1.0
+    assert gain > 0.5  # 64k tokens: the core dominates
+    note = flash3_note(wl, cluster, top)
+    assert note is not None and f"+{gain:.0%}" in note and "33% of their rate" in note
+    assert "attn_implementation='flash_attention_3'" in note and "--attention-kernel flash3" in note
+    assert notes("hgx-h100-8x", 65536) == [note]
+    assert notes("hgx-h100-8x", 2048) == []  # the core is a small share: under FA3_GAIN
+    assert FA3_GAIN == 0.10
+    assert notes("dgx-a100-8x", 65536) == []
+    assert notes("hgx-h100-8x", 65536, attention_kernel="flash3") == []
