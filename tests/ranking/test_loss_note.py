@@ -28,6 +28,21 @@ def test_qlora_with_a_large_vocabulary_is_told_what_liger_gains():
                                        kernels="liger"))  # already chunked: nothing to say
 
 
+def test_long_sequences_whose_logits_push_the_ranking_to_tensor_parallelism_are_ranked_again():
+    """Llama 3.1 8B at 8,192 tokens on 8 H100: one sequence's eager logits are 11.7 GiB (SEQUENCE_SHARE of the card),
+    although the top plan's own share is under LOGITS_SHARE; with Liger, ZeRO-3 without TP wins."""
+    from gpuadvisor.ranking.loss import SEQUENCE_SHARE
+
+    sug = api.suggest("llama-3.1-8b", preset="hgx-h100-8x", seq_len=8192, global_batch=64)
+    top = sug.ranking.top[0]
+    assert top.memory.logits / top.memory.total < LOGITS_SHARE and top.plan.tp > 1
+    (note,) = _loss_notes(sug)
+    assert note.startswith("the loss's logits take 11.7 GiB per sequence of 8,192 tokens") and SEQUENCE_SHARE == 0.10
+    assert "best plan zero3 on 1x8" in note
+    # at 32k tokens the chunked loss leaves tensor parallelism first: nothing to say
+    assert not _loss_notes(api.suggest("llama-3.1-8b", preset="hgx-h100-8x", seq_len=32768, global_batch=16))
+
+
 def test_a_sequence_that_fits_only_with_the_chunked_loss_says_so():
     sug = api.suggest("llama-3.1-8b", preset="hgx-h100-8x", seq_len=262144, global_batch=8)
     assert not sug.ranking.top and sug.ranking.fits_nowhere

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any, Optional
 if TYPE_CHECKING:
     from ..schemas import Cluster, Ranking, Workload
 
-#: rank again when the loss's logits take at least this share of the top plan's peak memory (or nothing fits)
+#: rank again when the loss's logits take at least this share of the top plan's peak memory (or nothing fits) ...
 LOGITS_SHARE = 0.25
+#: ... or when one sequence's logits take this share of a device (long contexts: there the logits push the ranking
+#: to tensor parallelism, whose vocabulary-parallel head hides them from the top plan's own share)
+SEQUENCE_SHARE = 0.10
 #: say it when the chunked loss's best plan is at least this much faster than the top plan
 MIN_GAIN = 0.05
 
@@ -26,6 +29,8 @@ def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Rankin
     the same workload with Liger-Kernel's layers and loss (kernels "liger") finds a plan MIN_GAIN faster, or one
     that fits; else None. Not for stacks whose loss is already chunked or Transformer Engine's (cudnn), nor for
     models without a vocabulary."""
+    from ..costmodel.analytical.memory import logits_bytes
+    from ..costmodel.combine import make_context
     from .rank import plan_label, rank
 
     t = workload.training
@@ -34,7 +39,10 @@ def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Rankin
     top = ranking.top[0] if ranking.top else None
     share = top.memory.logits / top.memory.total if top is not None and top.memory.total else 1.0
     if top is not None and share < LOGITS_SHARE:
-        return None
+        ctx = make_context(cluster, workload)
+        one = logits_bytes(t.seq_len, 1, workload.model.vocab_size, fused=not ctx.eager_loss)
+        if one < SEQUENCE_SHARE * ctx.mem_cap:
+            return None
     chunked = workload.model_copy(update={"training": t.model_copy(update={"kernels": "liger"})})
     found = rank(cluster, chunked, objective=ranking.objective, top=1, **kw)
     if not found.top:
@@ -46,5 +54,8 @@ def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Rankin
     gain = alt.tokens_per_s / top.tokens_per_s - 1.0
     if gain < MIN_GAIN:
         return None
-    return (f"the loss holds {top.memory.logits / 2**30:.1f} GiB of logits, {share:.0%} of the top plan's peak; with "
-            f"{LIGER}: best plan {plan_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s (+{gain:.0%})")
+    held = (f"the loss holds {top.memory.logits / 2**30:.1f} GiB of logits, {share:.0%} of the top plan's peak"
+            if share >= LOGITS_SHARE else f"the loss's logits take {one / 2**30:.1f} GiB per sequence of "
+            f"{t.seq_len:,} tokens, which only some plans can hold")
+    return (f"{held}; with {LIGER}: best plan {plan_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s "
+            f"(+{gain:.0%})")
