@@ -419,9 +419,11 @@ LLMC_PADDED_VOCAB = 50304
 
 
 def kernels_of(run: PublicRun, notes: list[str]) -> str:
-    """TrainingSettings.kernels of the row's stack. The public stacks fuse their norms and loss (llm-foundry's
-    low-precision LayerNorm and fused cross-entropy, torch.compile in torchtitan and nanoGPT, llm.c's kernels,
-    Transformer Engine): their largest micro-batches ran where eager modules' storage would not fit. torchtitan
+    """TrainingSettings.kernels of the row's stack: "liger" where the row or its source's script (SOURCE_STACK) runs
+    Liger-Kernel (its chunked linear cross-entropy holds no whole logits). The public stacks fuse their norms and
+    loss (llm-foundry's low-precision LayerNorm and fused cross-entropy, torch.compile in torchtitan and nanoGPT,
+    llm.c's kernels, Transformer Engine): their largest micro-batches ran where eager modules' storage would not
+    fit. torchtitan
     says whether it compiled: a row that did not ran eager modules; one of 2024 compiled the blocks beside an eager
     loss (TORCHTITAN_EAGER_LOSS)."""
     if LIGER.search(f"{run.software} {run.other_opts}") or SOURCE_STACK.get(run.source_id, ("", ""))[1] == "liger":

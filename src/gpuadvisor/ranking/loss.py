@@ -25,10 +25,11 @@ LIGER = ("Liger-Kernel's fused norms, rotary and SwiGLU and its chunked linear c
 
 
 def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Ranking", **kw: Any) -> Optional[str]:
-    """One note when the loss's logits weigh on the top plan (LOGITS_SHARE of its peak) or nothing fits, and ranking
-    the same workload with Liger-Kernel's layers and loss (kernels "liger") finds a plan MIN_GAIN faster, or one
-    that fits; else None. Not for stacks whose loss is already chunked or Transformer Engine's (cudnn), nor for
-    models without a vocabulary."""
+    """One note when the loss's logits weigh on the top plan (LOGITS_SHARE of its peak) or on a device
+    (SEQUENCE_SHARE per sequence), or nothing fits, and ranking the same workload with Liger-Kernel's layers and loss
+    (kernels "liger") finds a plan MIN_GAIN faster (objectives throughput and time), or one that fits; else None.
+    Not for stacks whose loss is already chunked or Transformer Engine's (cudnn), nor for models without a
+    vocabulary."""
     from ..costmodel.analytical.memory import logits_bytes
     from ..costmodel.combine import make_context
     from .rank import plan_label, rank
@@ -37,7 +38,10 @@ def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Rankin
     if workload.model.kind != "transformer" or t.kernels == "liger" or t.attention_kernel == "cudnn":
         return None
     top = ranking.top[0] if ranking.top else None
+    if top is not None and ranking.objective not in ("throughput", "time"):
+        return None  # a faster plan is what it offers
     share = top.memory.logits / top.memory.total if top is not None and top.memory.total else 1.0
+    one = 0.0
     if top is not None and share < LOGITS_SHARE:
         ctx = make_context(cluster, workload)
         one = logits_bytes(t.seq_len, 1, workload.model.vocab_size, fused=not ctx.eager_loss)

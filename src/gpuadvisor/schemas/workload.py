@@ -21,7 +21,7 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 AttentionKernel = Literal["flash", "flash3", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
-#: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, Liger, torch.compile, TE),
+#: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, torch.compile, TE),
 #: "fused-layers" compiled layers beside an eager loss on an fp32 copy of the logits (torch.compile of the model
 #: alone: torchtitan until its loss was compiled too, its compile.components = ["model"]), "hf" Hugging Face
 #: transformers' modeling code run eagerly (op-by-op fp32 RMSNorm, rotate-half rotary, repeat_kv, act·up as two
