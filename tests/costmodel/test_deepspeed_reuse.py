@@ -94,3 +94,24 @@ def test_the_model_counts_what_deepspeed_gathers_in_its_backward():
     assert _count(0.25, False) == pytest.approx(8 - 0.25, rel=0.02)
     assert _count(0.25, True) == pytest.approx((8 - 0.25) * (1 + share), rel=0.02)
 
+
+
+def test_a_plans_own_reuse_distance_sets_what_its_backward_gathers_again():
+    """Plan.zero_max_reuse_distance (a DeepSpeed JSON's stage3_max_reuse_distance): at 0 every layer is gathered
+    again in the backward, FSDP's traffic; with the 760M model under it (the default) none is; in between, the
+    layers past (distance - LM head) / layer. The replay share follows the plan's distance too."""
+    ctx = _ctx("gpt3-760m")
+    fsdp = sum(evaluate(_plan("fsdp"), ctx).link_bytes.values())
+
+    def sent(distance: int) -> float:
+        return sum(evaluate(_plan("deepspeed").model_copy(update={"zero_max_reuse_distance": distance}),
+                            ctx).link_bytes.values())
+    ring = 15 / 16 * 4 * ctx.w_layer_bytes  # one layer gathered over a ring of 16, 4 micro-batches
+    assert sent(0) == pytest.approx(fsdp)
+    assert sent(DEEPSPEED_MAX_REUSE_DISTANCE) == pytest.approx(fsdp - ctx.L * ring)
+    kept = (300_000_000 - ctx.p_head) / ctx.p_layer
+    assert sent(300_000_000) == pytest.approx(fsdp - kept * ring)
+    big = _ctx("175B")
+    share = deepspeed_replay_regather(big.layer_tensors, [1], 0.25 * big.p_layer)[0]
+    assert big.ds_replay_regather([1, 1], [DEEPSPEED_MAX_REUSE_DISTANCE, 0.25 * big.p_layer]).tolist() == \
+        pytest.approx([big.ds_replay_regather([1]).tolist()[0], share])

@@ -119,11 +119,11 @@ def test_deepspeed_gathers_each_linear_above_its_live_parameter_cap(name, module
     saved = 4 * kept * ctx.w_layer_bytes * 15 / 16  # 4 micro-batches, a ring of 16
     assert 0 < kept < ctx.L
     assert sum(ev["fsdp"].link_bytes.values()) - sum(ev["deepspeed"].link_bytes.values()) == pytest.approx(saved)
-    assert ctx.ds_gathers_per_layer == modules
+    assert ctx.ds_gathers(DEEPSPEED_MAX_LIVE_PARAMETERS) == modules
     assert ev["deepspeed"].step_s > ev["fsdp"].step_s
     under = make_context(apply_what_if(load_preset("dgx-a100-8x-4nodes-ib-hdr"), "gpus=2x8"),
                          make_workload("gpt3-760m", seq_len=1024, global_batch=8))
-    assert under.ds_gathers_per_layer == 1.0
+    assert under.ds_gathers(DEEPSPEED_MAX_LIVE_PARAMETERS) == 1.0
 
 
 def test_deepspeed_zero2_all_reduces_every_micro_step_where_fsdp_reduce_scatters():
@@ -139,3 +139,18 @@ def test_deepspeed_zero2_all_reduces_every_micro_step_where_fsdp_reduce_scatters
         sent[impl] = sum(e.link_bytes.values())
         assert e.feasible
     assert sent["deepspeed"] / sent["fsdp"] == pytest.approx((2 * 4 + 1) / (4 + 1), rel=1e-6)
+
+
+def test_a_plans_live_parameter_cap_below_the_model_gathers_linear_by_linear():
+    """Plan.zero_max_live_parameters (stage3_max_live_parameters): GPT-3 760M is under DeepSpeed's 1e9 default and
+    gathers a layer in one collective; with a 1e8 cap it is above it and takes one per Linear (6), each one more
+    ring latency and call: slower, the same bytes."""
+    ctx = _ctx("gpt3-760m", 2, 16 * 4)
+    assert ctx.ds_gathers([1e9, 1e8]).tolist() == [1.0, 6.0]
+    base = Plan(dp=16, zero_stage=3, micro_batch_size=1, num_micro_batches=4, nodes=2, devices_per_node=8,
+                zero_impl="deepspeed")
+    capped = base.model_copy(update={"zero_max_live_parameters": 100_000_000})
+    a, b = evaluate(base, ctx), evaluate(capped, ctx)
+    assert b.step_s > a.step_s
+    assert sum(b.link_bytes.values()) == pytest.approx(sum(a.link_bytes.values()))
+    assert parse_plan("dp=16,zero=3,max_live=100000000,nodes=2,gpn=8").zero_max_live_parameters == 100_000_000

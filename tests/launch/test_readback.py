@@ -328,18 +328,40 @@ def test_optimizer_only_offload_hand_over(tmp_path):
     assert backend(parse_plan("dp=4,zero=3,offload=true")) == "fsdp"
 
 
-def test_a_non_default_reuse_distance_is_said_to_be_priced_at_the_default(tmp_path):
-    """DeepSpeed keeps what the forward gathered last (stage3_max_reuse_distance, 1e9 by default) into the backward;
-    the cost model prices the default, and a config with another value (or live-parameter cap) is told so."""
+def test_deepspeeds_reuse_distance_and_live_cap_are_read_priced_and_written_back(tmp_path):
+    """stage3_max_reuse_distance and stage3_max_live_parameters (1e9 each by default) are plan fields: read from a
+    DeepSpeed JSON, priced (a shorter distance keeps less of the forward's gathers into the backward: less memory,
+    more traffic) and written back only where they differ from DeepSpeed's defaults. Nonsense is one line."""
+    from gpuadvisor import api
+    from gpuadvisor.errors import UserError
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.launch.deepspeed import deepspeed_config
+    from gpuadvisor.workload.specs import make_workload
+
     cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {
-        "stage": 3, "stage3_max_reuse_distance": 1e8, "stage3_max_live_parameters": 1e9}}
+        "stage": 3, "stage3_max_reuse_distance": 1e8, "stage3_max_live_parameters": 5e8}}
     (tmp_path / "a.json").write_text(json.dumps(cfg))
-    notes = read_config(tmp_path / "a.json", world=4, global_batch=8).notes
-    said = [n for n in notes if "priced at DeepSpeed's default 1e9" in n]
-    assert len(said) == 1 and said[0].startswith("stage3_max_reuse_distance 100,000,000 ")
-    cfg["zero_optimization"]["stage3_max_reuse_distance"] = 1_000_000_000
-    (tmp_path / "b.json").write_text(json.dumps(cfg))
-    assert not [n for n in read_config(tmp_path / "b.json", world=4, global_batch=8).notes if "priced at" in n]
+    rb = read_config(tmp_path / "a.json", world=4, global_batch=8)
+    assert rb.plan["zero_max_reuse_distance"] == 100_000_000 and rb.plan["zero_max_live_parameters"] == 500_000_000
+    assert "stage3_max_reuse_distance" not in rb.ignored and not [n for n in rb.notes if "priced at" in n]
+    plan = parse_plan(rb.spec() + ",nodes=1,gpn=4")
+    assert "reuse_distance=100000000" in plan.to_string() and "max_live=500000000" in plan.to_string()
+    wl = make_workload("llama-7b", seq_len=2048, global_batch=8)
+    zero = deepspeed_config(plan, wl)["zero_optimization"]
+    assert (zero["stage3_max_reuse_distance"], zero["stage3_max_live_parameters"]) == (100_000_000, 500_000_000)
+    default = parse_plan("dp=4,zero=3,mb=2,m=1,nodes=1,gpn=4")
+    assert "stage3_max_reuse_distance" not in deepspeed_config(default, wl)["zero_optimization"]
+    cluster = load_preset("dgx-a100-8x")
+    short, long = (api.predict(wl, p, cluster=cluster) for p in (plan, default.model_copy(
+        update={"zero_max_live_parameters": 500_000_000})))
+    assert short.memory.total < long.memory.total
+    assert sum(short.link_bytes_per_step.values()) > sum(long.link_bytes_per_step.values())
+    for bad in ("lots", -1, True):
+        cfg["zero_optimization"]["stage3_max_reuse_distance"] = bad
+        (tmp_path / "b.json").write_text(json.dumps(cfg))
+        with pytest.raises(UserError, match="stage3_max_reuse_distance must be a whole number") as exc:
+            read_config(tmp_path / "b.json", world=4, global_batch=8)
+        assert "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize("stage,given,want", [(3, None, 50_000_000), (3, 2e8, 200_000_000), (2, None, None),

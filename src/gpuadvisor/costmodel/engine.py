@@ -179,7 +179,8 @@ class Batch:
 def evaluate(plan: Plan, ctx: Context, rules: Optional[tuple[Rule, ...]] = None) -> Eval:
     """One plan: a batch of one (its own allgather bucket and overlap setting included)."""
     b = evaluate_batch([plan_row(plan)], ctx, rules, ag_bucket=[plan.zero_allgather_bucket_size],
-                       overlap=[plan.zero_overlap_comm])
+                       overlap=[plan.zero_overlap_comm], live=[plan.zero_max_live_parameters],
+                       reuse=[plan.zero_max_reuse_distance])
     return b.eval(0, plan)
 
 
@@ -219,11 +220,14 @@ def _as_array(rows: Sequence[tuple]) -> np.ndarray:
 
 
 def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Rule, ...]] = None, *,
-                   ag_bucket: Optional[Sequence[float]] = None, overlap: Optional[Sequence[bool]] = None) -> Batch:
+                   ag_bucket: Optional[Sequence[float]] = None, overlap: Optional[Sequence[bool]] = None,
+                   live: Optional[Sequence[float]] = None, reuse: Optional[Sequence[float]] = None) -> Batch:
     """Evaluate every row (candidates.COLUMNS): memory, feasibility, step time and its parts, traffic, rules.
 
     `ag_bucket` / `overlap`: DeepSpeed allgather_bucket_size and overlap_comm per row (enumerated plans use
-    500M elements and overlap on, the defaults).
+    500M elements and overlap on, the defaults); `live` / `reuse`: DeepSpeed ZeRO-3's stage3_max_live_parameters
+    and stage3_max_reuse_distance per row (Plan.zero_max_live_parameters / zero_max_reuse_distance; DeepSpeed's
+    1e9 defaults for enumerated plans).
     """
     b = Batch(len(rows))
     b.rows = rows
@@ -237,6 +241,9 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     off, sp = off > 0, sp > 0  # rc stays the share of layers that recompute (0, 1/interval, 1)
     agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
     ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
+    cap = np.full(len(a), float(DEEPSPEED_MAX_LIVE_PARAMETERS)) if live is None else np.asarray(live, dtype=float)
+    reach = (np.full(len(a), float(DEEPSPEED_MAX_REUSE_DISTANCE)) if reuse is None
+             else np.asarray(reuse, dtype=float))
     ep = a[:, 18]
     keys, uniq = _unique_degrees(a)
     g_tp, g_dp, g_pp = (_G(ctx, k, keys, uniq) for k in ("tp", "dp", "pp"))
@@ -257,7 +264,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     st = _stage_states(ctx, layers, first, last, pp, tp, e_shard)
     # DeepSpeed ZeRO-3 keeps its last gathers into the backward and its replayed gathers for the layer's backward
     # (_ds_reuse): held in memory, not sent again
-    kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp)
+    kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp, reach)
     mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg, meg & ~ds_named)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
@@ -308,10 +315,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
-    # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers_per_layer)
+    # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers)
     # (and DeepSpeed keeps what _ds_reuse says: `kept`, `replay` above)
     z3_mb, z3_sent = _zero3_per_microbatch(ctx, g_dp, dp, tp, pp, zero, hpz, rcx, layers, t_layer, t_head, e_shard,
-                                           np.where(fsdp, 1.0, ctx.ds_gathers_per_layer), kept, replay, agb)
+                                           np.where(fsdp, 1.0, ctx.ds_gathers(cap)), kept, replay, agb, cap)
     # ... and on DeepSpeed, its host bookkeeping per rank and parameter (Plan.zero_impl), which shows where it
     # outlasts the micro-batch's device work (compute and the exposed gathers) it runs beside
     ds_host = np.where(~fsdp, _deepspeed_zero3_host(ctx, dp, pp, zero, hpz, layers, zrb, kept, replay), 0.0)
@@ -737,27 +744,30 @@ def _layer_bytes(ctx: Context, tp, e_shard):
     return ctx.w_layer_bytes / tp + ctx.p_layer_exp * ctx.weight_bytes * (1.0 / e_shard - 1.0 / tp)
 
 
-def _ds_reuse(ctx: Context, tp, e_shard, layers, rc, fsdp) -> tuple[np.ndarray, np.ndarray]:
+def _ds_reuse(ctx: Context, tp, e_shard, layers, rc, fsdp, distance=DEEPSPEED_MAX_REUSE_DISTANCE
+              ) -> tuple[np.ndarray, np.ndarray]:
     """(layers whose forward gather DeepSpeed ZeRO-3 keeps into their backward, share of a layer its backward
     gathers again after the recompute replay gathered it) per row; (0, 0) on FSDP, which re-gathers every layer
     once in the backward (FSDP2's pre-backward unshard serves the checkpoint's replay too).
 
     DeepSpeed releases a gathered parameter only when its next use is more than stage3_max_reuse_distance elements
-    away in the recorded module trace (schemas.plan.DEEPSPEED_MAX_REUSE_DISTANCE): the forward's last 1e9 elements
-    (the LM head, then the last layers) are still gathered when the backward starts, so those layers' backward
-    gathers nothing, and a model under 1e9 elements gathers only in its forward. The replay and the backward of a
-    layer share its gather unless half the layer's shard exceeds the distance (Context.ds_replay_regather)."""
+    away in the recorded module trace (`distance` per row, Plan.zero_max_reuse_distance; DeepSpeed's default
+    schemas.plan.DEEPSPEED_MAX_REUSE_DISTANCE, 1e9): the forward's last `distance` elements (the LM head, then the
+    last layers) are still gathered when the backward starts, so those layers' backward gathers nothing, and a model
+    under the distance gathers only in its forward. The replay and the backward of a layer share its gather unless
+    half the layer's shard exceeds the distance (Context.ds_replay_regather)."""
+    distance = np.asarray(distance, dtype=float)
     if not ctx.transformer:
-        whole = np.where(ctx.p_layer / tp <= DEEPSPEED_MAX_REUSE_DISTANCE, 1.0, 0.0)
+        whole = np.where(ctx.p_layer / tp <= distance, 1.0, 0.0)
         return np.where(fsdp, 0.0, whole * np.ones_like(layers)), np.zeros_like(layers)
     numel = ctx.p_layer / tp + ctx.p_layer_exp * (1.0 / e_shard - 1.0 / tp)  # one layer's gathered elements
-    room = np.maximum(0.0, DEEPSPEED_MAX_REUSE_DISTANCE - ctx.p_head / tp)
+    room = np.maximum(0.0, distance - ctx.p_head / tp)
     kept = np.minimum(layers, room / np.maximum(numel, 1.0))
-    replay = rc * ctx.ds_replay_regather(tp)
+    replay = rc * ctx.ds_replay_regather(tp, distance)
     return np.where(fsdp, 0.0, kept), np.where(fsdp, 0.0, replay)
 
 
-def _ds_module_chain(numels, gather_s, compute_s, bucket, cap: float = DEEPSPEED_MAX_LIVE_PARAMETERS) -> np.ndarray:
+def _ds_module_chain(numels, gather_s, compute_s, bucket, cap=DEEPSPEED_MAX_LIVE_PARAMETERS) -> np.ndarray:
     """Seconds of one layer's gathers that DeepSpeed ZeRO-3's prefetch leaves exposed, module by module, per row.
 
     `numels` (rows x modules): per-rank elements of each module the pass meets, in the order it meets them (0 for
@@ -809,7 +819,7 @@ def _ds_module_chain(numels, gather_s, compute_s, bucket, cap: float = DEEPSPEED
 
 
 def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers, t_layer, t_head, e_shard,
-                          gathers=1.0, kept=0.0, replay=0.0, bucket=None):
+                          gathers=1.0, kept=0.0, replay=0.0, bucket=None, cap=DEEPSPEED_MAX_LIVE_PARAMETERS):
     """(exposed seconds, bytes sent per rank) of ZeRO-3 / FSDP parameter and gradient traffic per micro-batch.
 
     FSDP and ZeRO-3 gather each layer's weights before its forward and again before its backward, and
@@ -820,8 +830,8 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     embedding/head weights are gathered with the first/last layer. Hidden traffic still costs `zero3_contention`.
     hpZ makes the backward gather node-local (ZeRO++ §3.2). With expert parallelism a layer's gather holds
     1/ep of its experts (over the expert data-parallel group, priced here on the dp group's links). `gathers`:
-    collectives a layer's gather takes (FSDP one per block; DeepSpeed one per Linear above its live-parameter cap,
-    schemas.plan.DEEPSPEED_MAX_LIVE_PARAMETERS, Context.ds_gathers_per_layer): the same bytes, each further
+    collectives a layer's gather takes (FSDP one per block; DeepSpeed one per Linear above its live-parameter cap
+    `cap`, Plan.zero_max_live_parameters, Context.ds_gathers): the same bytes, each further
     collective one more ring latency and call. `kept` of the layers (the forward's last) are still gathered when
     the backward reaches them, and `replay` is the share of a layer gathered again after its recompute replay
     (_ds_reuse: DeepSpeed's reuse distance; FSDP 0 and 0).
@@ -857,15 +867,16 @@ def _zero3_per_microbatch(ctx: Context, g: _G, dp, tp, pp, zero, hpz, rc, layers
     # DeepSpeed's Linear-by-Linear rows with a shorter one are simulated (no modules: a layer of 0, none)
     window = np.inf if bucket is None else np.asarray(bucket, dtype=float)  # no bucket given: the cap alone
     layer = ctx.ds_modules.sum() / np.asarray(tp, dtype=float)
-    chain = on & (np.asarray(gathers) > 1.0) & ((window < layer) | (DEEPSPEED_MAX_LIVE_PARAMETERS < 2.0 * layer))
+    cap = np.asarray(cap, dtype=float)
+    chain = on & (np.asarray(gathers) > 1.0) & ((window < layer) | (cap < 2.0 * layer))
     if chain.any():
         i = np.flatnonzero(chain)
 
         def pick(x):
             return np.broadcast_to(x, chain.shape)[i]
         per_rank = ctx.ds_modules[None, :] / pick(tp)[:, None]
-        f_gap = _ds_module_chain(per_rank, pick(ag), pick(t_f), pick(window))
-        b_gath = _ds_module_chain(per_rank[:, ::-1], pick(ag_re), pick(t_b), pick(window))
+        f_gap = _ds_module_chain(per_rank, pick(ag), pick(t_f), pick(window), pick(cap))
+        b_gath = _ds_module_chain(per_rank[:, ::-1], pick(ag_re), pick(t_b), pick(window), pick(cap))
         b_gap = b_gath + np.maximum(0.0, pick(rs) - np.maximum(0.0, pick(t_b) - (pick(ag_re) - b_gath)))
         fwd_gap = np.broadcast_to(fwd_gap, chain.shape).copy()
         bwd_gap = np.broadcast_to(bwd_gap, chain.shape).copy()

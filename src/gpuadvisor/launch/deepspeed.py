@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..schemas.plan import Plan
+from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, Plan
 from ..schemas.workload import Workload
 
 GRADIENT_CLIPPING = 1.0  # DeepSpeed's GRADIENT_CLIPPING_DEFAULT (runtime/constants.py)
@@ -73,6 +73,12 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
         plan.zero_allgather_bucket_size
     if plan.zero_hpz_partition_size > 1:
         zero["zero_hpz_partition_size"] = plan.zero_hpz_partition_size
+    if plan.zero_stage == 3:  # written only where the plan differs from DeepSpeed's own defaults (1e9 each)
+        for key, value, default in (
+                ("stage3_max_live_parameters", plan.zero_max_live_parameters, DEEPSPEED_MAX_LIVE_PARAMETERS),
+                ("stage3_max_reuse_distance", plan.zero_max_reuse_distance, DEEPSPEED_MAX_REUSE_DISTANCE)):
+            if value != default:
+                zero[key] = value
     if plan.zero_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if plan.offloads_params:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import UserError
-from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, DEEPSPEED_PREFETCH_BUCKET
+from ..schemas.plan import DEEPSPEED_PREFETCH_BUCKET
 from . import megatron_shape
 from .values import positive_int as _int
 
@@ -79,9 +80,9 @@ _DS_IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print",
                "timers", "aio", "elasticity", "data_efficiency", "compression_training", "torch_autocast",
                "bfloat16", "graph_harvesting", "use_data_before_expert_parallelism", "fp8"}
 _ZERO_MODELLED = {"stage", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                  "overlap_comm", "zero_hpz_partition_size", "offload_optimizer", "offload_param"}
-_ZERO_IGNORED = {"contiguous_gradients", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-                 "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save", "sub_group_size",
+                  "overlap_comm", "zero_hpz_partition_size", "offload_optimizer", "offload_param",
+                  "stage3_max_live_parameters", "stage3_max_reuse_distance"}
+_ZERO_IGNORED = {"contiguous_gradients", "stage3_param_persistence_threshold", "stage3_gather_16bit_weights_on_model_save", "sub_group_size",
                  "round_robin_gradients", "reduce_scatter", "allgather_partitions", "elastic_checkpoint",
                  "ignore_unused_parameters", "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size",
                  "load_from_fp32_weights", "memory_efficient_linear", "cpu_offload", "use_multi_rank_bucket_allreduce",
@@ -137,14 +138,16 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
         elif stage == 3 and off == ["offload_optimizer"]:
             rb.plan["offload_param"] = False  # the parameter partition stays on the device
     if stage == 3:
-        for key, default in (("stage3_max_reuse_distance", DEEPSPEED_MAX_REUSE_DISTANCE),
-                             ("stage3_max_live_parameters", DEEPSPEED_MAX_LIVE_PARAMETERS)):
-            value = z.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value != default:
-                shown = f"{value:,.0f}" if abs(value) < 1e15 else f"{value:.3g}"
-                rb.notes.append(f"{key} {shown} is priced at DeepSpeed's default 1e9 (the forward's last 1e9 "
-                                "parameter elements stay gathered into the backward): a smaller value re-gathers "
-                                "more and holds less memory")
+        # DeepSpeed's caps on gathered parameters (Plan.zero_max_live_parameters / zero_max_reuse_distance)
+        for key, name in (("stage3_max_live_parameters", "zero_max_live_parameters"),
+                          ("stage3_max_reuse_distance", "zero_max_reuse_distance")):
+            if key in z:
+                value = z[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                        or value < (1 if key == "stage3_max_live_parameters" else 0) or value > 1e15:
+                    raise UserError(f"{where}: zero_optimization.{key} must be a whole number of parameter elements "
+                                    f"(DeepSpeed's default 1e9), got {str(value)[:40]!r}")
+                rb.plan[name] = int(value)
     if "reduce_bucket_size" in z:
         rb.plan["zero_reduce_bucket_size"] = int(float(z["reduce_bucket_size"]))
     bucket = z.get("stage3_prefetch_bucket_size" if stage == 3 else "allgather_bucket_size")

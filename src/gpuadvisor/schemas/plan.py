@@ -25,6 +25,22 @@ def fsdp_by_default(zero_stage: Any, tp: Any, pp: Any, ep: Any) -> Any:
     return (zero_stage >= 2) & ((tp > 1) | (pp > 1) | (ep > 1))
 
 
+#: DeepSpeed ZeRO-3's cap on gathered parameter elements (stage3_max_live_parameters: 1e9 by default, DeepSpeed
+#: 0.19.8 runtime/zero/config.py). A model above it cannot be prefetched whole, so DeepSpeed gathers it Linear by
+#: Linear, one collective per module as the module before it is released (partitioned_param_coordinator.py:
+#: fetch_sub_module issues one all_gather_coalesced per prefetch, release_sub_module frees one module's worth);
+#: FSDP gathers a whole block in one collective.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
+
+#: DeepSpeed ZeRO-3 releases a gathered parameter only if its next use lies more than this many parameter elements
+#: further along the recorded module trace (stage3_max_reuse_distance: 1e9 by default, runtime/zero/config.py;
+#: partitioned_param_coordinator.py __params_to_release). So the last 1e9 elements the forward gathers stay into
+#: the backward, and a layer its recompute replays keeps its gather for its backward. Counted on DeepSpeed 0.19.8's
+#: engine on a fake process group (benchmarks/deepspeed_zero3_host.py --count): with the default, a model under 1e9
+#: elements gathers nothing in its backward; with the distance scaled to 1.5 layers of 8, 6.3 layers re-gather.
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
+
+
 class Plan(Frozen):
     """A complete parallel configuration. Rank r's coordinates follow `mesh_order`, fastest first."""
 
@@ -52,6 +68,14 @@ class Plan(Frozen):
     comm_hook: CommHook = Field("none", description="DDP gradient compression hook (changes numerics)")
     zero_reduce_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed reduce_bucket_size (elements)")
     zero_allgather_bucket_size: int = Field(500_000_000, gt=0, description="DeepSpeed allgather_bucket_size (elements)")
+    zero_max_live_parameters: int = Field(
+        DEEPSPEED_MAX_LIVE_PARAMETERS, gt=0, description="DeepSpeed ZeRO-3 stage3_max_live_parameters (elements): "
+        "its cap on gathered parameters; a model above it is gathered Linear by Linear, and a module as large as "
+        "what the cap leaves prefetches nothing")
+    zero_max_reuse_distance: int = Field(
+        DEEPSPEED_MAX_REUSE_DISTANCE, ge=0, description="DeepSpeed ZeRO-3 stage3_max_reuse_distance (elements): a "
+        "gathered parameter is kept if its next use is within this many elements, so the forward's last layers "
+        "stay gathered into the backward; smaller holds less memory and gathers again")
     zero_overlap_comm: bool = Field(
         True, description="Gradient reduction overlapped with the backward: DeepSpeed overlap_comm (its default: "
         "stage 3 only), Megatron --overlap-grad-reduce (with the distributed optimizer also --overlap-param-gather); "
@@ -255,7 +279,8 @@ class Plan(Frozen):
 
 _SHORT = {"zero_stage": "zero", "micro_batch_size": "mb", "num_micro_batches": "m", "devices_per_node": "gpn",
           "pp_schedule": "schedule", "zero_offload": "offload", "zero_offload_param": "offload_param",
-          "ddp_bucket_mb": "bucket_mb"}
+          "ddp_bucket_mb": "bucket_mb", "zero_max_live_parameters": "max_live",
+          "zero_max_reuse_distance": "reuse_distance"}
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
@@ -345,20 +370,7 @@ def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
             and workload.training.precision != "fp16" and not zero_offload and hpz == 1)
 
 
-#: DeepSpeed ZeRO-3's cap on gathered parameter elements (stage3_max_live_parameters: 1e9 by default, DeepSpeed
-#: 0.19.8 runtime/zero/config.py). A model above it cannot be prefetched whole, so DeepSpeed gathers it Linear by
-#: Linear, one collective per module as the module before it is released (partitioned_param_coordinator.py:
-#: fetch_sub_module issues one all_gather_coalesced per prefetch, release_sub_module frees one module's worth);
-#: FSDP gathers a whole block in one collective.
-DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 
-#: DeepSpeed ZeRO-3 releases a gathered parameter only if its next use lies more than this many parameter elements
-#: further along the recorded module trace (stage3_max_reuse_distance: 1e9 by default, runtime/zero/config.py;
-#: partitioned_param_coordinator.py __params_to_release). So the last 1e9 elements the forward gathers stay into
-#: the backward, and a layer its recompute replays keeps its gather for its backward. Counted on DeepSpeed 0.19.8's
-#: engine on a fake process group (benchmarks/deepspeed_zero3_host.py --count): with the default, a model under 1e9
-#: elements gathers nothing in its backward; with the distance scaled to 1.5 layers of 8, 6.3 layers re-gather.
-DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
 
 
 #: DeepSpeed ZeRO-3's default prefetch bucket (stage3_prefetch_bucket_size: 5e7 elements, DeepSpeed

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import UserError
 from ...schemas import Cluster, Workload
-from ...schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE, deepspeed_gathers_by_module
+from ...schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE
 from ...schemas.workload import ALL_LINEAR
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
@@ -276,14 +276,13 @@ class Context:
             self._finetune(workload, cal)
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6
         self.ds_reduce_s = float(ov["deepspeed_zero3_reduce_us"]) * 1e-6
-        # DeepSpeed ZeRO-3 gathers Linear by Linear once the model outgrows its live-parameter cap (engine)
-        self.ds_gathers_per_layer = (float(self.shape.gathered_modules())
-                                     if self.shape is not None and deepspeed_gathers_by_module(m) else 1.0)
+        # DeepSpeed ZeRO-3 gathers Linear by Linear once the model outgrows its live-parameter cap (ds_gathers) ...
+        self.ds_module_count = float(self.shape.gathered_modules()) if self.shape is not None else 1.0
         # ... and the modules its hooks meet, whose prefetch its live-parameter cap gates (engine._ds_module_chain)
         self.ds_modules = (np.array(self.shape.gathered_module_numels(), dtype=float)
-                           if self.shape is not None and deepspeed_gathers_by_module(m) else np.zeros(0))
+                           if self.shape is not None else np.zeros(0))
         self._ds_interleaved: dict[float, float] = {}
-        self._ds_replay: dict[float, float] = {}
+        self._ds_replay: dict[tuple[float, float], float] = {}
         self.single_best_tps: Optional[float] = None
 
     def ds_interleaved_tensors(self, bucket_elements: float) -> float:
@@ -311,14 +310,27 @@ class Context:
         got = self._ds_interleaved[bucket_elements] = interleaved / self.L
         return got
 
-    def ds_replay_regather(self, tp: np.ndarray) -> np.ndarray:
-        """deepspeed_replay_regather of this model's layer at each row's TP degree (once per degree)."""
+    def ds_gathers(self, cap) -> np.ndarray:
+        """Collectives one layer's gather takes on DeepSpeed ZeRO-3 per row: one per Linear (ds_module_count) when the
+        model is above the row's stage3_max_live_parameters `cap` (Plan.zero_max_live_parameters; schemas.plan
+        deepspeed_gathers_by_module at DeepSpeed's default), else one."""
+        cap = np.asarray(cap, dtype=float)
+        return np.where(self.transformer & (float(self.params) > cap), self.ds_module_count, 1.0)
+
+    def ds_replay_regather(self, tp: np.ndarray, distance=DEEPSPEED_MAX_REUSE_DISTANCE) -> np.ndarray:
+        """deepspeed_replay_regather of this model's layer at each row's TP degree and reuse distance (once per
+        distinct pair)."""
         tp = np.asarray(tp, dtype=float)
-        degrees, which = np.unique(tp, return_inverse=True)
-        new = [float(t) for t in degrees if float(t) not in self._ds_replay]
-        if new:
-            self._ds_replay.update(zip(new, deepspeed_replay_regather(self.layer_tensors, new).tolist()))
-        return np.array([self._ds_replay[float(t)] for t in degrees])[which.reshape(tp.shape)]
+        dist = np.broadcast_to(np.asarray(distance, dtype=float), tp.shape)
+        degrees, at = np.unique(tp, return_inverse=True)
+        reach, ad = np.unique(dist, return_inverse=True)
+        table = np.empty((len(degrees), len(reach)))
+        for i, t in enumerate(degrees.tolist()):
+            for j, d in enumerate(reach.tolist()):
+                if (t, d) not in self._ds_replay:
+                    self._ds_replay[(t, d)] = float(deepspeed_replay_regather(self.layer_tensors, [t], d)[0])
+                table[i, j] = self._ds_replay[(t, d)]
+        return table[at.reshape(tp.shape), ad.reshape(tp.shape)]
 
     def _fp8(self, dev, cal: dict) -> None:
         """FP8 Linears (Transformer Engine / torchao float8 training; calibration.yaml `fp8` has the sources).
