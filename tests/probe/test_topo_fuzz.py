@@ -78,3 +78,18 @@ def test_mutated_real_captures(text):
 def test_unmutated_captures_all_parse():
     for text in CAPTURES:
         assert parse_topo(text).gpus
+
+
+def test_a_superscript_numa_id_is_unreadable_not_a_crash():
+    """Found by test_mutated_real_captures: '¹' passes str.isdigit() and int() refuses it. A NUMA cell of one is
+    read as unknown with a warning (str.isdecimal), as any other unreadable id."""
+    for text in (t for t in CAPTURES if "NUMA Affinity" in t):
+        lines = text.split("\n")
+        row = next((i for i, ln in enumerate(lines) if ln.startswith("GPU0") and ln.rstrip()[-1:].isdecimal()), None)
+        if row is None:
+            continue
+        lines[row] = lines[row].rstrip()[:-1] + "¹"
+        m = parse_topo("\n".join(lines))
+        assert m.gpus and any("unreadable NUMA id '¹'" in w for w in m.warnings), m.warnings
+        return
+    raise AssertionError("no capture ends its GPU0 row with a NUMA id")

@@ -100,7 +100,7 @@ def test_what_if():
     assert big.num_devices == 8 and len(big.nodes) == 2
     nv = apply_what_if(cl, "link=nvlink")
     assert nv.nodes[0].links[0].bandwidth_gb_per_s > cl.nodes[0].links[0].bandwidth_gb_per_s
-    for bad in ("nic=warp", "gpus=two", "color=red", "nvlink"):
+    for bad in ("nic=warp", "gpus=two", "color=red", "nvlink", "gpus=2x\u00b9"):  # '¹' passes str.isdigit()
         with pytest.raises(UserError):
             apply_what_if(cl, bad)
 

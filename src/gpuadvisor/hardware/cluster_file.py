@@ -245,7 +245,7 @@ def _gpu_entries(gpus: Union[str, list], loc: Loc) -> list[GpuEntry]:
         if m is None and re.match(r"^\s*[-+]?\d", gpus):
             raise _FieldError(loc, f"'{gpus}': write '<count>x <GPU>', e.g. '4x A6000'")
         count, name = (m.group(1).replace(" ", ""), m.group(2)) if m else ("1", gpus.strip())
-        if not count.lstrip("+").isdigit() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
+        if not count.lstrip("+").isdecimal() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
             raise _FieldError(loc, f"'{gpus}': the count must be a whole number from 1 to {MAX_DEVICES_PER_NODE}")
         return [GpuEntry(gpu=name)] * int(count)
     out: list[GpuEntry] = []
@@ -268,7 +268,7 @@ def _nics(spec: Union[str, list[Nic], None], devices: list[Device], loc: Loc) ->
             raise _FieldError(loc, f"'{spec}': write '<count>x <network class>', e.g. '8x ib-hdr'")
         count, key = (m.group(1).replace(" ", ""), m.group(2)) if m else ("1", spec.strip())
         # NICs per node are bounded like devices per node (schemas/bounds.py)
-        if not count.lstrip("+").isdigit() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
+        if not count.lstrip("+").isdecimal() or not 1 <= int(count) <= MAX_DEVICES_PER_NODE:
             raise _FieldError(loc, f"'{spec}': the NIC count must be a whole number from 1 to {MAX_DEVICES_PER_NODE}")
         try:
             nics = [nic_from_key(key, f"rail{i}", [devices[i].index] if i < len(devices) else [])

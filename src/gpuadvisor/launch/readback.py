@@ -312,7 +312,7 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         if option == "op":
             # per-op selective checkpointing (Plan.recompute_ops): every other matmul's output and the core's kept
             rb.plan["recompute_ops"] = True
-        elif option.isdigit() and int(option) >= 1:
+        elif option.isdecimal() and int(option) >= 1:
             # layer-level selective: every k-th transformer block checkpointed (recompute_interval k)
             rb.plan["recompute"] = True
             if int(option) > 1:

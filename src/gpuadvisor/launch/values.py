@@ -11,7 +11,7 @@ def positive_int(where: str, key: str, v: Any) -> int:
     """`v` as a positive int. DeepSpeed's "auto" and an unexpanded shell variable (`${HIDDEN}` in a launch script)
     are named as such, with the fix."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        if isinstance(v, str) and v.strip().isdigit() and int(v) >= 1:
+        if isinstance(v, str) and v.strip().isdecimal() and int(v) >= 1:
             return int(v)
         hint = ""
         if v == "auto":

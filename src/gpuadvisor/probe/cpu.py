@@ -91,7 +91,7 @@ def _meminfo(root: Path) -> dict[str, int]:
     for line in (_read(root / "proc" / "meminfo") or "").splitlines():
         key, sep, rest = line.partition(":")
         parts = rest.split()
-        if sep and parts and parts[0].isdigit():
+        if sep and parts and parts[0].isdecimal():
             unit = parts[1].lower() if len(parts) > 1 else ""
             out[key.strip()] = int(parts[0]) * (1024 if unit == "kb" else 1)
     return out

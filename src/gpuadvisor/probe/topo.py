@@ -166,7 +166,7 @@ def _fit_extras(cells: list[str], n: int) -> list[str]:
 def _numa(value: str, label: str, warnings: list[str]) -> Optional[int]:
     """A NUMA id cell: an integer, or None for empty / N/A / anything else (with a warning)."""
     v = value.strip()
-    if v.isdigit():
+    if v.isdecimal():  # not isdigit: superscripts pass it and int() refuses them
         return int(v)
     if v and v.upper() != "N/A":
         warnings.append(f"{label}: unreadable NUMA id {v!r}, treated as unknown")

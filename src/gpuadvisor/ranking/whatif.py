@@ -84,7 +84,7 @@ def apply_what_if(cluster: Cluster, spec: str) -> Cluster:
             out = out.model_copy(update={"network": _network(v), "name": f"{out.name} [nic={v}]"})
         elif k == "gpus":
             parts = v.split("x")
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            if len(parts) != 2 or not all(p.isdecimal() for p in parts):
                 raise UserError(f"what-if gpus='{v}' is not NODESxGPUS; {_HELP}")
             out = _resize(out, int(parts[0]), int(parts[1]))
         elif k == "link":

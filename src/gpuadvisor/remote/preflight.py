@@ -110,7 +110,7 @@ def _network_problems(node: Node, f: dict) -> list[str]:
 
 def _is_ipv4(text: str) -> bool:
     parts = text.split(".")
-    return len(parts) == 4 and all(p.isdigit() and 0 <= int(p) <= 255 for p in parts)
+    return len(parts) == 4 and all(p.isdecimal() and 0 <= int(p) <= 255 for p in parts)
 
 
 def _check_node(i: int, node: Node, f: dict, ref: Optional[dict], ref_name: str, port: Optional[int]) -> list[str]:

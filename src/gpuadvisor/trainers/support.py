@@ -63,7 +63,7 @@ def bitsandbytes_version() -> Optional[tuple[int, ...]]:
 
     parts = []
     for piece in version("bitsandbytes").split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
+        digits = "".join(c for c in piece if c.isdecimal())
         parts.append(int(digits or 0))
     return tuple(parts)
 

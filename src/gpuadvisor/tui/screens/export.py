@@ -75,7 +75,7 @@ class ExportScreen(StepScreen):
             return
         out = Path(text).expanduser()
         which = self.query_one("#which", Input).value.strip()
-        rank = int(which) if which.isdigit() else None
+        rank = int(which) if which.isdecimal() else None
         plan = which if which and rank is None else None
         try:
             from ...cli.suggest_cmd import _emit  # the same writer as `gpuadvisor suggest --emit`
