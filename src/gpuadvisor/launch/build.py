@@ -12,7 +12,7 @@ from ..schemas.hardware import Cluster, Device, Node
 from ..schemas.job import Predicted, TrainerJob
 from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, ZeroImpl, check_plan_for, fsdp_trainer_runs
-from ..schemas.workload import Workload
+from ..schemas.workload import FLASH_KERNELS, Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason, runs_on_deepspeed
 from .environment import common_env, node_env, numa_binding, rdma_fabric
 from .placement import NODE_LINES_MAX, choose_nodes, placement_notes
@@ -260,7 +260,7 @@ def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     from . import megatron as _megatron
 
     unfused = "attention: predicted with an unfused attention core (the s x s scores stored and moved through memory"
-    if workload.core_kernel == "eager" and workload.training.attention_kernel in ("flash", "flash3"):
+    if workload.core_kernel == "eager" and workload.training.attention_kernel in FLASH_KERNELS:
         return [f"{unfused}): '{workload.model.name}' has attention sinks, which FlashAttention-2 cannot run (HF "
                 "trains it with attn_implementation='eager'); launch.sh's trainer runs SDPA without the sinks. With a "
                 "Transformer Engine whose cuDNN (9.18 or later) fuses them, predict with --attention-kernel cudnn"]

@@ -731,9 +731,10 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
         vpp = attempt(megatron_stages_per_rank, run, model.n_layers, degrees[2], batch[1], approximate, notes) or 0
     if placement and placement[0] > 1 and (reasons or not spec):
         attempt(network_of, run, placement[1], [], spec, approximate)  # only for its reason: no cluster is built
-    if spec and sharding and sharding[1]:
-        attempt(cpu_of, run, spec, True, approximate, [])  # only for its reason; cluster_of notes it below
-    cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate, bool(sharding and sharding[1]))
+    offload = bool(sharding and sharding[1])
+    if spec and offload and (reasons or not placement):
+        attempt(cpu_of, run, spec, True, approximate, [])  # only for its reason: no cluster is built
+    cluster = (attempt(cluster_of, run, spec, *placement, notes, approximate, offload)
                if spec and placement and not reasons else None)
     if spec and model and precision and not reasons:
         attempt(plausible_rate, run, spec, model, precision)

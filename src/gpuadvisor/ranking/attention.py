@@ -18,17 +18,15 @@ def flash3_note(workload: "Workload", cluster: "Cluster", top: "Estimate") -> Op
     """One note when the workload prices FlashAttention-2 on GPUs that run FlashAttention-3/4 (every device Hopper or
     later) and the top plan predicts at least MIN_GAIN more tokens/s with them; else None. A core priced unfused
     (attention sinks, Workload.core_kernel) is not told: FlashAttention-3 has no sinks either."""
-    from ..costmodel.combine import estimate
+    from ..costmodel.analytical import runs_flash3
+    from ..costmodel.combine import estimate, make_context
 
     if (workload.model.kind != "transformer" or workload.training.attention_kernel != "flash"
             or workload.core_kernel != "flash" or not top.feasible or not top.tokens_per_s):
         return None
     devices = [d for n in cluster.nodes for d in n.devices]
-    if not devices or any(d.kind != "gpu" or int(str(d.compute_capability or "0").split(".")[0] or 0) < 9
-                          for d in devices):
+    if not devices or not all(runs_flash3(d) for d in devices):
         return None
-    from ..costmodel.combine import make_context
-
     faster = workload.model_copy(update={"training": workload.training.model_copy(
         update={"attention_kernel": "flash3"})})
     gain = estimate(top.plan, cluster, faster).tokens_per_s / top.tokens_per_s - 1.0

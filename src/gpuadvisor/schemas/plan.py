@@ -370,9 +370,6 @@ def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
             and workload.training.precision != "fp16" and not zero_offload and hpz == 1)
 
 
-
-
-
 #: DeepSpeed ZeRO-3's default prefetch bucket (stage3_prefetch_bucket_size: 5e7 elements, DeepSpeed
 #: runtime/zero/config.py `prefetch_bucket_size`): how many elements each module's hook may pop ahead
 #: (partitioned_param_coordinator.fetch_sub_module; costmodel.engine._ds_module_chain). A DeepSpeed JSON or a
@@ -381,9 +378,11 @@ def fsdp_trainer_runs(workload: Workload, zero_offload: bool, hpz: int) -> bool:
 DEEPSPEED_PREFETCH_BUCKET = 50_000_000
 
 
-def deepspeed_gathers_by_module(model: ModelSpec) -> bool:
-    """Whether DeepSpeed ZeRO-3 gathers `model` one Linear at a time (above DEEPSPEED_MAX_LIVE_PARAMETERS)."""
-    return model.kind == "transformer" and model.params > DEEPSPEED_MAX_LIVE_PARAMETERS
+def deepspeed_gathers_by_module(model: ModelSpec, cap: Any = DEEPSPEED_MAX_LIVE_PARAMETERS) -> Any:
+    """Whether DeepSpeed ZeRO-3 gathers `model` one Linear at a time: a transformer above the live-parameter `cap`
+    (Plan.zero_max_live_parameters; DEEPSPEED_MAX_LIVE_PARAMETERS by default). `cap` a number, or a NumPy array of
+    them (the engine's rows): then an array."""
+    return (model.kind == "transformer") & (model.params > cap)
 
 
 def handover_zero_impl(workload: Workload, *, zero_stage: int, tp: int, pp: int, ep: int, zero_offload: bool,

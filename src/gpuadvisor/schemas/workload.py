@@ -20,6 +20,9 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 #: attn_implementation "flash_attention_3"), the architecture's own kernels, in PyTorch layers.
 AttentionKernel = Literal["flash", "flash3", "cudnn", "eager"]
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+#: The FlashAttention kernels in PyTorch layers (FlashAttention-2 / SDPA, FlashAttention-3/4): they store what the
+#: PyTorch stacks store and have no attention sinks
+FLASH_KERNELS: tuple[str, ...] = ("flash", "flash3")
 #: What the layers and the loss store (TrainingSettings.kernels): "eager" PyTorch modules (the bundled trainers, HF,
 #: accelerate), "fused" norm/loss kernels and FlashAttention's own layout (llm-foundry, torch.compile, TE),
 #: "fused-layers" compiled layers beside an eager loss on an fp32 copy of the logits (torch.compile of the model
@@ -316,4 +319,4 @@ class Workload(Frozen):
         no kernel for the sink logit (Dao-AILab/flash-attention #1895, TE disables it for softmax_type
         'learnable'), and HF trains GPT-OSS with attn_implementation='eager'."""
         kernel = self.training.attention_kernel
-        return "eager" if kernel in ("flash", "flash3") and self.model.attention_sinks else kernel
+        return "eager" if kernel in FLASH_KERNELS and self.model.attention_sinks else kernel

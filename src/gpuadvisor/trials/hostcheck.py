@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 from ..errors import UserError
 from ..schemas import Cluster, Plan
+from ..schemas.workload import FLASH_KERNELS
 
 #: What the bundled trainers need, by feature (the `train` / `plots` extras of pyproject.toml).
 EXTRAS = {"torch": "train", "deepspeed": "train", "matplotlib": "plots"}
@@ -127,7 +128,7 @@ def refuse_unmeasurable(precision: str, attention_kernel: str, command: str,
         raise UserError(f"{command}: --kernels hf prices Hugging Face's modeling code, which the bundled trainers do "
                         "not run (their norms are PyTorch's nn.RMSNorm); confirm with --kernels eager, or predict your "
                         "own script with `gpuadvisor predict --from` its accelerate.yaml")
-    if core_kernel == "eager" and attention_kernel in ("flash", "flash3"):
+    if core_kernel == "eager" and attention_kernel in FLASH_KERNELS:
         raise UserError(f"{command}: this model's attention sinks cannot be measured by the bundled trainers, whose "
                         "SDPA attention runs without them while the prediction prices the unfused core they need; "
                         "time your own stack with `gpuadvisor predict --from` on its config")

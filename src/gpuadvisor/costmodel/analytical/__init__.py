@@ -11,8 +11,8 @@ import numpy as np
 
 from ...errors import UserError
 from ...schemas import Cluster, Workload
-from ...schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE
-from ...schemas.workload import ALL_LINEAR
+from ...schemas.plan import DEEPSPEED_MAX_REUSE_DISTANCE, deepspeed_gathers_by_module
+from ...schemas.workload import ALL_LINEAR, FLASH_KERNELS
 from ..calibration import gemm_curve, load_calibration, pcie_host_bandwidth
 from . import comm as C
 from . import compute as K
@@ -34,17 +34,21 @@ def check_fp8_devices(workload: Workload, devices) -> None:
                         "use --precision bf16")
 
 
+def runs_flash3(device) -> bool:
+    """Whether a GPU runs FlashAttention-3/4: Hopper or later (compute capability 9.0+). flash-attn 3 builds for sm90
+    and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and flash_attn/cute/); an A100 or an RTX card
+    runs FlashAttention-2."""
+    major = str(device.compute_capability or "0").split(".")[0]
+    return device.kind == "gpu" and major.isdecimal() and int(major) >= 9
+
+
 def check_attention_devices(workload: Workload, devices) -> None:
-    """One-line UserError when attention_kernel "flash3" (FlashAttention-3 / -4) meets a GPU before Hopper: flash-attn
-    3 builds for sm90 and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and flash_attn/cute/), so an
-    A100 or an RTX card runs FlashAttention-2. CPU ranks run PyTorch's SDPA whatever is asked."""
+    """One-line UserError when attention_kernel "flash3" (FlashAttention-3 / -4) meets a GPU before Hopper
+    (runs_flash3). CPU ranks run PyTorch's SDPA whatever is asked."""
     if workload.training.attention_kernel != "flash3":
         return
     for d in devices:
-        if d.kind != "gpu":
-            continue
-        major = int(str(d.compute_capability or "0").split(".")[0] or 0)
-        if major < 9:
+        if d.kind == "gpu" and not runs_flash3(d):
             raise UserError(f"{d.name} cannot run FlashAttention-3/4 (they need Hopper or Blackwell, compute "
                             f"capability 9.0+; this GPU has {d.compute_capability or 'an unknown one'}); use "
                             "--attention-kernel flash (FlashAttention-2)")
@@ -136,7 +140,7 @@ class Context:
         # sequence-parallel TP on PyTorch's DTensor (the flash stack: torchtitan, the bundled trainers) keeps the
         # all-gathered inputs of the column-parallel Linears; Megatron's and TE's layers keep the shard
         # (memory.activation_bytes_per_layer `sp_keeps_gathered`; Megatron-DeepSpeed's unfused stack is Megatron's)
-        self.sp_keeps_gathered = t.attention_kernel in ("flash", "flash3")
+        self.sp_keeps_gathered = t.attention_kernel in FLASH_KERNELS
         # eager PyTorch layers and loss (TrainingSettings.kernels): what they store beside the paper's count
         # (memory.activation_terms `eager`, `autocast`; memory.LOGIT_BYTES_EAGER)
         # (Hugging Face's modeling code, "hf", stores as the bundled trainers' eager modules do)
@@ -312,10 +316,10 @@ class Context:
 
     def ds_gathers(self, cap) -> np.ndarray:
         """Collectives one layer's gather takes on DeepSpeed ZeRO-3 per row: one per Linear (ds_module_count) when the
-        model is above the row's stage3_max_live_parameters `cap` (Plan.zero_max_live_parameters; schemas.plan
-        deepspeed_gathers_by_module at DeepSpeed's default), else one."""
-        cap = np.asarray(cap, dtype=float)
-        return np.where(self.transformer & (float(self.params) > cap), self.ds_module_count, 1.0)
+        model is above the row's stage3_max_live_parameters `cap` (Plan.zero_max_live_parameters;
+        schemas.plan.deepspeed_gathers_by_module), else one."""
+        above = deepspeed_gathers_by_module(self.model, np.asarray(cap, dtype=float))
+        return np.where(above, self.ds_module_count, 1.0)
 
     def ds_replay_regather(self, tp: np.ndarray, distance=DEEPSPEED_MAX_REUSE_DISTANCE) -> np.ndarray:
         """deepspeed_replay_regather of this model's layer at each row's TP degree and reuse distance (once per
