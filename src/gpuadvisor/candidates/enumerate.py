@@ -124,7 +124,7 @@ OFFLOADS = (None, "optimizer", "optimizer+params")
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
            "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
-           "zero_impl", "recompute_attention", "global_batch")
+           "zero_impl", "recompute_attention", "cp", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -132,7 +132,7 @@ def row_plan(row: Sequence) -> Plan:
     f = dict(zip(COLUMNS, row))
     f.pop("global_batch")
     for k in ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "num_micro_batches", "pp_virtual_stages",
-              "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep"):
+              "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "cp"):
         f[k] = int(f[k])
     f.update(Plan.offload_fields(int(f["zero_offload"]), f["zero_stage"]))  # the column is Plan.offload_code
     for k in ("sequence_parallel", "tp_comm_overlap"):
@@ -198,14 +198,14 @@ class _Blocks:
 
     def __init__(self) -> None:
         self.tails: list[list[tuple]] = []
-        self.meta: list[tuple] = []  # (nodes, gpn, ep, 0, gb) of each template
+        self.meta: list[tuple] = []  # (nodes, gpn, ep, 0, gb, cp) of each template
         self.chunks: list[int] = []
         self.leads: list[tuple] = []
 
-    def template(self, tail: list[tuple], nodes: int, gpn: int, ep: int, gb: int) -> int:
+    def template(self, tail: list[tuple], nodes: int, gpn: int, ep: int, gb: int, cp: int = 1) -> int:
         """Register `tail` ((sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra) rows); its template id."""
         self.tails.append(tail)
-        self.meta.append((nodes, gpn, ep, 0, gb))
+        self.meta.append((nodes, gpn, ep, 0, gb, cp))
         return len(self.tails) - 1
 
     def emit(self, template: int, lead: tuple) -> None:
@@ -217,9 +217,9 @@ class _Blocks:
         """The rows as tuples, run by run: the lead, the template's tail and meta, in COLUMNS order."""
         out: list[tuple] = []
         for template, lead in zip(self.chunks, self.leads):
-            nodes, gpn, ep, overlap, gb = self.meta[template]
+            nodes, gpn, ep, overlap, gb, cp = self.meta[template]
             out.extend([lead + (sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes, gpn, ep, bool(overlap), impl,
-                                ra, gb)
+                                ra, cp, gb)
                         for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in self.tails[template]])
         return out
 
@@ -240,7 +240,8 @@ class _Blocks:
         out[:, 7:16] = tails[:, :9]
         out[:, 16:20] = meta[:, :4]
         out[:, 20:22] = tails[:, 9:11]
-        out[:, 22] = meta[:, 4]
+        out[:, 22] = meta[:, 5]
+        out[:, 23] = meta[:, 4]
         return out
 
 
@@ -308,21 +309,47 @@ def _for_world(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: 
                 continue
             if pp > DENSE_PP and pp & (pp - 1) and m_.n_layers % pp:
                 continue  # bounded: past DENSE_PP only powers of two and even splits of the layers
-            dp = world // (tp * pp)
-            if gb % dp:
-                continue
-            _for_degrees(blocks, wl, sp, nodes, gpn, dp, tp, pp, gpu)
+            for cp in context_parallel_degrees(wl, world // (tp * pp), gpu):
+                dp = world // (tp * pp * cp)
+                if gb % dp:
+                    continue
+                _for_degrees(blocks, wl, sp, nodes, gpn, dp, tp, pp, gpu, cp)
+
+
+#: Sequences from this length up get context-parallel candidates (Plan.cp). Below it a sequence's activations
+#: are small beside the model states, and the key/value exchange is a larger share of the attention it hides
+#: behind (it grows with s/cp, the core with s·s/cp): Megatron-Core and torchtitan document CP for long-context
+#: training, their published CP runs start at 8k-16k tokens (torchtitan Llama 3 8B at 64k-256k, Megatron-Bridge
+#: Llama 3.1 405B at 8k with CP 2). A bound on the candidates, not a rule: the cost model ranks them.
+CP_MIN_SEQ = 8192
+#: Largest context-parallel degree enumerated (powers of two up to it; torchtitan's and Megatron-Bridge's public
+#: runs use 2-8, 16 at 1M tokens)
+CP_MAX = 16
+
+
+def context_parallel_degrees(wl: Workload, rest: int, gpu: bool) -> list[int]:
+    """Context-parallel degrees to try with `rest` = world/(tp·pp) ranks left: 1, and for full training of a dense
+    transformer on GPUs with a fused attention core and seq_len >= CP_MIN_SEQ each power of two up to CP_MAX that
+    divides `rest` and keeps seq_len divisible by 2·cp (Plan, check_plan_for). MoE models, adapters and CPU ranks
+    (the bundled trainers run no ring attention) get 1."""
+    m, t = wl.model, wl.training
+    if (not gpu or m.kind != "transformer" or m.n_experts or wl.finetune.adapters or t.seq_len < CP_MIN_SEQ
+            or wl.core_kernel == "eager"):
+        return [1]
+    return [1] + [cp for cp in (2 ** k for k in range(1, CP_MAX.bit_length()))
+                  if cp <= CP_MAX and rest % cp == 0 and t.seq_len % (2 * cp) == 0]
 
 
 def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn: int, dp: int, tp: int,
-                 pp: int, gpu: bool) -> None:
+                 pp: int, gpu: bool, cp: int = 1) -> None:
     """Rows for fixed degrees: ZeRO, micro-batching, schedules, buckets, recompute, SP, mesh order; each ZeRO row
     with the runtime the hand-over runs it on (handover_zero_impl: FSDP2 for ZeRO-3 across nodes and above DeepSpeed's
-    live-parameter cap)."""
+    live-parameter cap). With context parallelism (cp > 1) ZeRO shards over dp·cp, without offload, hpZ or comm
+    hooks, in the tp-cp-dp-pp order (Plan)."""
     t = wl.training
     gb = t.global_batch
     per_replica = gb // dp
-    orders = (0, 1) if (dp > 1 and pp > 1) else (0,)
+    orders = (0, 1) if (dp > 1 and pp > 1 and cp == 1) else (0,)
     # no recompute, every layer (full), every other layer (RECOMPUTE_SHARES: the recompute column's values); every
     # other layer for pure data parallelism of full training only, where FSDP/DeepSpeed users checkpoint layer by
     # layer (torchtitan's layer-level selective AC): hybrids keep none/full, and the candidate count at scale stays
@@ -334,10 +361,12 @@ def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn
     # such mode); with a fused kernel it only adds a core forward, never a candidate
     rcs = [(rc, False) for rc in recomputes] + ([(0.0, True)] if (
         wl.model.kind == "transformer" and wl.core_kernel == "eager" and not wl.finetune.adapters) else [])
-    sps = (False, True) if tp > 1 and t.seq_len % tp == 0 else (False,)
-    zeros = sp.zero_options if (tp == 1 and pp == 1) else _hybrid_zeros(sp, pp)
-    knobs = {z: list(_knobs(sp, dp, z, nodes, gpn, tp * pp == 1)) for z in {z for z, _ in zeros}}
-    eps = expert_parallel_degrees(wl, dp, tp)
+    sps = (False, True) if tp > 1 and (t.seq_len // cp) % tp == 0 else (False,)
+    zeros = sp.zero_options if (tp == 1 and pp == 1 and cp == 1) else _hybrid_zeros(sp, pp)
+    shard = dp * cp  # ZeRO's and the gradients' group (Plan.gradient_ranks)
+    knobs = {z: [k for k in _knobs(sp, shard, z, nodes, gpn, tp * pp * cp == 1) if cp == 1 or k[1] == 0]
+             for z in {z for z, _ in zeros}}
+    eps = expert_parallel_degrees(wl, dp, tp) if cp == 1 else [1]
     # the bound does not depend on the micro-batch: once per (ZeRO choice, ep)
     exceed: dict[tuple[int, int, int], bool] = {}
     impls: dict[tuple, int] = {}
@@ -345,7 +374,7 @@ def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn
     for mb in _micro_batches(per_replica, sp.max_micro_batch):
         m = per_replica // mb
         for zero, off in zeros:
-            if zero and dp == 1 and (not off or (zero == 3 and off == 1)):
+            if zero and shard == 1 and (not off or (zero == 3 and off == 1)):
                 continue  # ZeRO sharding needs dp > 1 (offload alone still helps one GPU: ZeRO-2's, or params too)
             if off == 1 and wl.finetune.adapters:
                 continue  # the adapters' optimizer states are megabytes: offloading them alone saves nothing
@@ -355,7 +384,7 @@ def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn
                     continue  # offload runs without expert parallelism (Plan)
                 key = (zero, off, ep)
                 if key not in exceed:
-                    exceed[key] = bool(sp.memory_limit_bytes) and _states_exceed(wl, sp, dp, tp, pp, zero, off, ep)
+                    exceed[key] = bool(sp.memory_limit_bytes) and _states_exceed(wl, sp, shard, tp, pp, zero, off, ep)
                 if exceed[key]:
                     # count every plan the bound removes (not one per micro-batch/ZeRO choice)
                     cut = (len(scheds) * len(rcs) * len(sps) * (len(orders) if ep == 1 else 1)
@@ -382,7 +411,7 @@ def _for_degrees(blocks: _Blocks, wl: Workload, sp: SearchSpace, nodes: int, gpn
                                                                    zero_offload=bool(off), hpz=hpz, nodes=nodes,
                                                                    gpu=gpu))
                                         tail.append((sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra))
-                    tails[tkey] = blocks.template(tail, nodes, gpn, ep, gb)
+                    tails[tkey] = blocks.template(tail, nodes, gpn, ep, gb, cp)
                 blocks.emit(tails[tkey], (dp, tp, pp, zero, off, mb, m))
 
 

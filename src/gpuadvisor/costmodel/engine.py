@@ -22,7 +22,7 @@ from .analytical import Context
 from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
-from .analytical.comm import ring_steps_latency_s
+from .analytical.comm import ring_attention_exchange_s, ring_steps_latency_s
 from .analytical.compute import CORE_FORWARD_SHARE, alignment_factor, layer_gemm_efficiency
 from .analytical.memory import (MemoryParts, activation_bytes_per_layer, chunked_loss_bytes, logits_bytes,
                                 state_bytes_per_param)
@@ -48,7 +48,7 @@ def plan_row(p: Plan) -> tuple:
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
             ZERO_IMPLS.index(p.zero_impl),
             CORE_RECOMPUTE.index("attention" if p.recompute_attention else "ops" if p.recompute_ops else None),
-            p.global_batch())
+            p.cp, p.global_batch())
 
 
 class Eval:
@@ -228,22 +228,76 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     500M elements and overlap on, the defaults); `live` / `reuse`: DeepSpeed ZeRO-3's stage3_max_live_parameters
     and stage3_max_reuse_distance per row (Plan.zero_max_live_parameters / zero_max_reuse_distance; DeepSpeed's
     1e9 defaults for enumerated plans).
+
+    Context-parallel rows (Plan.cp > 1) are priced as one rank of the group sees them: dp*cp ranks, each with
+    s/cp of every sequence (Context.context_parallel), plus ring attention's key/value exchange (`_evaluate`).
     """
-    b = Batch(len(rows))
-    b.rows = rows
     if not len(rows):
+        b = Batch(0)
+        b.rows = rows
         return b
     a = _as_array(rows)
+    n = len(a)
+    agb = np.full(n, 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
+    ovl = np.ones(n, dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
+    cap = np.full(n, float(DEEPSPEED_MAX_LIVE_PARAMETERS)) if live is None else np.asarray(live, dtype=float)
+    reach = np.full(n, float(DEEPSPEED_MAX_REUSE_DISTANCE)) if reuse is None else np.asarray(reuse, dtype=float)
+    rules = load_rules() if rules is None else rules
+    cps = a[:, _CP]
+    if not (cps > 1).any():
+        b = _evaluate(a, ctx, rules, agb, ovl, cap, reach)
+    else:
+        parts = []
+        for c in np.unique(cps).tolist():
+            idx = np.flatnonzero(cps == c)
+            sub = a[idx]
+            if c > 1:  # the group's dp*cp ranks, each with gb*cp sequences of s/cp tokens (Context.context_parallel)
+                sub = sub.copy()
+                sub[:, 0] *= c
+                sub[:, _BATCH] *= c
+            parts.append((idx, _evaluate(sub, ctx.context_parallel(int(c)), rules, agb[idx], ovl[idx], cap[idx],
+                                         reach[idx])))
+        b = _merge(n, parts)
+    b.rows, b.a = rows, a
+    return b
+
+
+_CP, _BATCH = 22, 23  # candidates.COLUMNS: "cp", "global_batch"
+
+
+def _merge(n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
+    """One Batch of n rows from Batches of row subsets (`idx`, batch), each row back at its place."""
+    def fill(get) -> np.ndarray:
+        arrs = [np.asarray(get(b)) for _, b in parts]
+        out = np.empty(n, dtype=arrs[0].dtype)
+        for (idx, _), x in zip(parts, arrs):
+            out[idx] = x
+        return out
+    first = parts[0][1]
+    b = Batch(n)
+    b.feasible, b.reason, b.mem_total = fill(lambda x: x.feasible), fill(lambda x: x.reason), fill(lambda x: x.mem_total)
+    b.step_s, b.tps, b.analytical_tps = fill(lambda x: x.step_s), fill(lambda x: x.tps), fill(lambda x: x.analytical_tps)
+    b.factor, b.memory_fraction = fill(lambda x: x.factor), fill(lambda x: x.memory_fraction)
+    b.nic_bytes = fill(lambda x: x.nic_bytes)
+    b.forbid = fill(lambda x: np.array(x.forbid, dtype=object)).tolist()
+    b.parts = {k: fill(lambda x, k=k: x.parts[k]) for k in first.parts}
+    b.times = {k: fill(lambda x, k=k: x.times[k]) for k in first.times}
+    b.comm = [(label, fill(lambda x, i=i: x.comm[i][1]), fill(lambda x, i=i: x.comm[i][2]))
+              for i, (label, _, _) in enumerate(first.comm)]
+    b.links = [(fill(lambda x, i=i: x.links[i][0]), fill(lambda x, i=i: x.links[i][1])) for i in range(len(first.links))]
+    b.hits = [(r, fill(lambda x, i=i: x.hits[i][1])) for i, (r, _) in enumerate(first.hits)]
+    return b
+
+
+def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndarray, ovl: np.ndarray,
+              cap: np.ndarray, reach: np.ndarray) -> Batch:
+    """evaluate_batch of rows that share ctx's context-parallel degree (Context.cp), as one rank sees them."""
+    b = Batch(len(a))
     b.a = a
     (dp, tp, pp, zero, off, mb, m, sched, v, rc, sp, order, bucket_mb, hook, zrb, hpz, nodes, gpn) = a.T[:18]
     # the offload code (candidates.OFFLOADS): `off` the optimizer in host RAM, `offp` the parameters too (stage 3)
     offp = (off >= 2) & (zero >= 3)
     off, sp = off > 0, sp > 0  # rc stays the share of layers that recompute (0, 1/interval, 1)
-    agb = np.full(len(a), 500_000_000.0) if ag_bucket is None else np.asarray(ag_bucket, dtype=float)
-    ovl = np.ones(len(a), dtype=bool) if overlap is None else np.asarray(overlap, dtype=bool)
-    cap = np.full(len(a), float(DEEPSPEED_MAX_LIVE_PARAMETERS)) if live is None else np.asarray(live, dtype=float)
-    reach = (np.full(len(a), float(DEEPSPEED_MAX_REUSE_DISTANCE)) if reuse is None
-             else np.asarray(reuse, dtype=float))
     ep = a[:, 18]
     keys, uniq = _unique_degrees(a)
     g_tp, g_dp, g_pp = (_G(ctx, k, keys, uniq) for k in ("tp", "dp", "pp"))
@@ -284,7 +338,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     # (Context.op_replay), where the forward and backward are told apart
     ra, rop = (x.astype(float) for x in _core_recompute(a))
     rcx = rc + rop * ctx.op_replay
-    t_layer, t_head, t_host = _compute(ctx, mb, tp, sp, rc, tokens, ep, ra, m, rop)
+    t_layer, t_head, t_host, t_core = _compute(ctx, mb, tp, sp, rc, tokens, ep, ra, m, rop)
     # kernel dispatch adds to device time (the seed findings are fitted that way; max(host, device) moved two of
     # them past their thresholds: docs/cost-model.md, known gaps)
     t_mb = layers * t_layer + t_head + layers * t_host
@@ -311,6 +365,11 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     t_tp = np.where(tpo, t_tp - hid + ctx.contention * hid, t_tp)
     tp_sent = np.where(tp > 1, m * n_coll * 2.0 * (tp - 1) / tp * size, 0.0)
 
+    # ---- context parallelism: ring attention's key/value exchange, hidden behind the core (_context_parallel) ----
+    t_cp, cp_sent, g_cp = _context_parallel(ctx, a, keys, uniq, g_dp, tokens, tp, rc, ra, t_core)
+    t_cp = layers * t_cp
+    cp_sent = layers * cp_sent
+
     # ---- expert parallelism: token all-to-alls on the critical path (_expert_alltoall) ----
     t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
 
@@ -330,10 +389,10 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     with np.errstate(divide="ignore", invalid="ignore"):
         t_p2p = g_pp.lat * 1e-6 + psize / (g_pp.bw * _GB) + call
     n_x = np.where(v > 1, 2.0 * v, np.where(pp >= 3, 2.0, 1.0))
-    stage = t_mb + t_tp + t_ep + z3_mb + n_x * t_p2p
+    stage = t_mb + t_tp + t_cp + t_ep + z3_mb + n_x * t_p2p
     # (m + (p−1)/v)·t_stage for GPipe and 1F1B with any m (m < p too: Megatron's warm-up is min(p−rank−1, m))
     bubble = np.where(pp > 1, (pp - 1) / v * stage, 0.0)
-    step = np.where(pp > 1, m * stage + bubble, m * (t_mb + t_tp + t_ep + z3_mb))
+    step = np.where(pp > 1, m * stage + bubble, m * (t_mb + t_tp + t_cp + t_ep + z3_mb))
     t_pp = np.where(pp > 1, m * n_x * t_p2p, 0.0)
     pp_sent = np.where(pp > 1, m * 2 * v * psize, 0.0)
     if ctx.transformer and ctx.tied:
@@ -349,7 +408,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     n_train = np.maximum(st["train_first"], st["train_last"])
     w_dev = np.maximum(st["w_first"], st["w_last"])
     # ZeRO-1 beside TP/PP runs as a distributed optimizer unless the plan names DeepSpeed's (`ds_named`)
-    dist_opt = ((tp > 1) | (pp > 1) | meg) & ~ds_named
+    dist_opt = ((tp > 1) | (pp > 1) | (a[:, _CP] > 1) | meg) & ~ds_named
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg)
@@ -358,20 +417,19 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
     b.times = {"compute": m * t_mb, "bubble": bubble, "offload": offload, "optimizer": opt,
                "overhead": np.full(len(a), ctx.step_overhead)}
-    b.comm = [("tp", g_tp.kind, m * t_tp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp),
+    b.comm = [("tp", g_tp.kind, m * t_tp), ("cp", g_cp.kind, m * t_cp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp),
               ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
               ("zero", g_dp.kind, np.where(zero > 0, exposed + z3_total, 0.0))]
     dp_all = dp_sent + m * z3_sent
-    b.links = [(g_tp.kind, tp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
+    b.links = [(g_tp.kind, tp_sent), (g_cp.kind, m * cp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
                (np.full(len(a), "host", dtype=object), host_bytes)]
     b.nic_bytes = (g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
-                   + m * ep_nic)
+                   + m * ep_nic + m * g_cp.node_flows * cp_sent)
     # every row keeps its time: a plan over memory (or forbidden by a rule) says how fast it would run if it fit
     # (predict reports both; ranking and confirm take feasible rows only)
     b.analytical_tps = tps
 
     # ---- rules (rules.py): penalties scale throughput, forbid makes a plan infeasible ----
-    rules = load_rules() if rules is None else rules
     factor = np.ones(len(a))
     if rules:
         feats = _features(ctx, a, g_tp, g_dp, g_pp)
@@ -389,6 +447,32 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     b.tps = tps * factor
     b.feasible = ok & np.array([f is None for f in b.forbid], dtype=bool)
     return b
+
+
+def _context_parallel(ctx: Context, a: np.ndarray, keys: np.ndarray, uniq: list, g_dp: _G, tokens, tp, rc, ra,
+                      t_core) -> tuple[np.ndarray, np.ndarray, _G]:
+    """(exposed seconds, bytes sent) per layer per micro-batch of ring attention's key/value exchange, and the
+    context-parallel group's placement, for rows of ctx's degree cp (Context.cp; zeros and the dp group at 1).
+
+    A rank's chunk is the K and V of its s/cp tokens (its TP shard of the key/value heads; Megatron replicates a
+    KV head that TP would split below one). The forward passes the chunks around the ring once
+    (comm.ring_attention_exchange_s), a replayed forward (full recompute `rc`, the core's `ra`) again, the
+    backward twice (the chunks and their gradients). Each step overlaps the block the rank computes meanwhile
+    (Liu et al. 2023 §3; Megatron-Core runs the P2P on its own stream), so only what outlasts the core's own time
+    of that pass is exposed; the hidden part slows the core by `contention` as other overlapped collectives do.
+    The group: cp consecutive ranks after tp (tp-cp-dp-pp), the dp group of a plan with degrees (cp, tp, dp*pp)."""
+    if ctx.cp == 1:
+        return np.zeros(len(a)), np.zeros(len(a)), g_dp
+    cp = ctx.cp
+    g_cp = _G(ctx, "dp", keys, [(cp, t, d // cp * p, nodes, gpn, o) for d, t, p, nodes, gpn, o in uniq])
+    shape = ctx.shape
+    kv = np.maximum(shape.kv_dim / tp, float(shape.head_dim))
+    chunk = 2.0 * tokens * kv * ctx.act_bytes
+    one = ring_attention_exchange_s(chunk, cp, g_cp.bw, g_cp.lat, ctx.call_s)
+    passes = 3.0 + rc + ra
+    window = t_core * (1.0 + rc + ra + 2.0)  # the core's forward(s) and its backward (twice the forward)
+    exposed = _overlapped(passes * one, 0.0, window, ctx.contention)
+    return exposed, passes * (cp - 1) * chunk, g_cp
 
 
 def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
@@ -493,7 +577,8 @@ def _zero_on_fsdp(a: np.ndarray) -> np.ndarray:
     """Rows whose ZeRO-2/3 the runtime shards as FSDP: the plan's zero_impl, else Plan.zero_runtime's default
     (fsdp_by_default); the other ZeRO rows run on DeepSpeed."""
     zero, tp, pp, ep, impl = a[:, 3], a[:, 1], a[:, 2], a[:, 18], a[:, 20]
-    return (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None)) & fsdp_by_default(zero, tp, pp, ep))
+    return (impl == ZERO_IMPLS.index("fsdp")) | ((impl == ZERO_IMPLS.index(None))
+                                                  & fsdp_by_default(zero, tp, pp, ep, a[:, _CP]))
 
 
 def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
@@ -503,7 +588,7 @@ def _autocast(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     if not ctx.eager_layers or ctx.act_bytes != 2:
         return np.zeros(len(a), dtype=bool)
     zero, tp, pp, ep = a[:, 3], a[:, 1], a[:, 2], a[:, 18]
-    return ~((zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1))
+    return ~((zero > 0) & ~fsdp & (tp == 1) & (pp == 1) & (ep == 1) & (a[:, _CP] == 1))
 
 
 def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
@@ -515,7 +600,7 @@ def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     if not ctx.transformer or ctx.act_bytes != 2:
         return np.zeros(len(a), dtype=bool)
     zero, tp, pp, ep = a[:, 3], a[:, 1], a[:, 2], a[:, 18]
-    return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1) | (ep > 1))
+    return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1) | (ep > 1) | (a[:, _CP] > 1))
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg,
@@ -661,8 +746,9 @@ def _device(ctx: Context, params, wbytes, train, acts, lg, dp, tp, pp, zero, off
 
 
 def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tuple[np.ndarray, np.ndarray,
-                                                                                  np.ndarray]:
-    """(device seconds per layer, device seconds of the LM head, host seconds per layer) for one micro-batch.
+                                                                                  np.ndarray, np.ndarray]:
+    """(device seconds per layer, device seconds of the LM head, host seconds per layer, device seconds of one
+    layer's attention-core forward) for one micro-batch.
 
     GEMMs at the family's saturating efficiency, pass by pass (compute.layer_gemm_efficiency: attention
     projections of per-rank width q_dim/tp, the MLP of width/tp — a routed expert's width, split by tp only
@@ -682,7 +768,7 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
         flops = mb * ctx.fps
         x = flops / 1e9
         t = flops / (ctx.rate_max * x / (x + ctx.x_half))
-        return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6)
+        return t, np.zeros_like(t), np.full_like(t, ctx.generic_kernels * ctx.launch_us * 1e-6), np.zeros_like(t)
     extra = 1.0 + rc * ctx.fwd_frac  # a recomputing layer replays its forward (1/3 of 6N; more with adapters)
     def rate(rows, width, curve=ctx.linear_curve, aligned=()):
         # saturating in each pass's output size and reduction length (compute.layer_gemm_efficiency), on the
@@ -736,7 +822,9 @@ def _compute(ctx: Context, mb, tp, sp, rc, tokens, a_ep, ra, m, rop=0.0) -> tupl
     t_layer = t_layer + (1.0 + extra) * ctx.dequant_s_per_layer / tp
     # the host's dispatch: the layer's kernels, an eager MoE loop over this rank's E/ep experts, the core's replay
     t_host = (extra * (ctx.kpl + ctx.moe_loop_kernels / a_ep) + ra * ctx.core_kernels) * ctx.launch_us * 1e-6
-    return t_layer, t_head, t_host
+    # the core's forward alone, once (what context parallelism's key/value exchange hides behind: _context_parallel)
+    t_core = tokens / tp * CORE_FORWARD_SHARE * fs["core"] / core_rate
+    return t_layer, t_head, t_host, t_core
 
 
 def _layer_bytes(ctx: Context, tp, e_shard):

@@ -63,16 +63,17 @@ def features(plan: Plan, cluster: Cluster, workload: Workload, estimate: Estimat
     """The feature vector of one (plan, hardware, workload, analytical estimate), in FEATURES order."""
     gpn = plan.devices_per_node
     tp_l, tp_x, tp_bw = _group_link(cluster, plan.tp, gpn)
-    dp_l, dp_x, dp_bw = _group_link(cluster, plan.tp * plan.dp if plan.dp > 1 else 1, gpn)
+    dp = plan.gradient_ranks  # dp*cp: a context-parallel rank is priced as a data-parallel one of s/cp tokens
+    dp_l, dp_x, dp_bw = _group_link(cluster, plan.tp * dp if dp > 1 else 1, gpn)
     pp_l, pp_x, pp_bw = _group_link(cluster, plan.world_size if plan.pp > 1 else 1, gpn)
     total = max(estimate.step.total_s, 1e-12)
     comm = sum(estimate.step.comm_exposed_s.values())
     net = cluster.network.bandwidth_gb_per_s if (cluster.network and plan.nodes > 1) else 0.0
     intra = max(tp_bw, dp_bw, pp_bw)
-    seq = workload.training.seq_len if workload.model.kind == "transformer" else 1
+    seq = workload.training.seq_len // plan.cp if workload.model.kind == "transformer" else 1
     dev = cluster.nodes[0].devices[0] if cluster.nodes[0].devices else None
     return [
-        math.log2(plan.dp), math.log2(plan.tp), math.log2(plan.pp), float(plan.zero_stage), float(plan.zero_offload),
+        math.log2(dp), math.log2(plan.tp), math.log2(plan.pp), float(plan.zero_stage), float(plan.zero_offload),
         math.log2(plan.micro_batch_size), math.log2(plan.num_micro_batches), plan.recompute_fraction,
         math.log2(plan.nodes), tp_l, dp_l, pp_l, tp_x, dp_x, pp_x, math.log10(1.0 + net), math.log10(1.0 + intra),
         estimate.step.compute_s / total, comm / total, estimate.step.bubble_s / total,

@@ -133,11 +133,14 @@ def plan_features(p: Plan, ctx: Any) -> dict:
     gbit = float("inf")
     if net is not None:
         gbit = net.link_speed_gbit_per_s or net.bandwidth_gb_per_s * 8
+    # the data-parallel group is the gradients' (dp*cp: Plan.gradient_ranks), as the engine's rows see it
+    dp = p.gradient_ranks
+
     def grp(kind: str, deg: int):
-        return topo.group(kind, p.dp, p.tp, p.pp, p.nodes, p.devices_per_node, p.mesh_order) if deg > 1 else None
-    gt, gd, gp = grp("tp", p.tp), grp("dp", p.dp), grp("pp", p.pp)
+        return topo.group(kind, dp, p.tp, p.pp, p.nodes, p.devices_per_node, p.mesh_order) if deg > 1 else None
+    gt, gd, gp = grp("tp", p.tp), grp("dp", dp), grp("pp", p.pp)
     return {
-        "world": p.world_size, "dp": p.dp, "tp": p.tp, "pp": p.pp, "zero": p.zero_stage, "offload": p.zero_offload,
+        "world": p.world_size, "dp": dp, "tp": p.tp, "pp": p.pp, "zero": p.zero_stage, "offload": p.zero_offload,
         "nodes": p.nodes, "gpn": p.devices_per_node, "params_m": ctx.params / 1e6,
         "tp_crosses_nodes": bool(gt and gt.crosses_nodes), "pp_crosses_nodes": bool(gp and gp.crosses_nodes),
         "dp_crosses_nodes": bool(gd and gd.crosses_nodes), "network_gbit": gbit if p.nodes > 1 else float("inf"),

@@ -475,16 +475,15 @@ def moe_model_of(run: PublicRun, notes: list[str]) -> ModelSpec:
 
 
 def degrees_of(run: PublicRun) -> tuple[int, int, int]:
-    """(dp, tp, pp); context parallelism is not in Plan."""
-    if (run.cp or 1) > 1:
-        raise Unsupported("context parallelism (CP>1)")
-    tp, pp = run.tp or 1, run.pp or 1
+    """(dp, tp, pp); the row's context-parallel degree (run.cp, Plan.cp) is the fourth factor of its GPUs, and its
+    dp column counts the data-parallel replicas without it (torchtitan's and Megatron's logs: dp*tp*pp*cp = GPUs)."""
+    tp, pp, cp = run.tp or 1, run.pp or 1, run.cp or 1
     gpus = run.gpus
     if not gpus:
         raise Unsupported("GPU count not stated")
-    dp = run.dp or (gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0)
-    if not dp or dp * tp * pp != gpus:
-        raise Unsupported("dp*tp*pp does not match the GPU count")
+    dp = run.dp or (gpus // (tp * pp * cp) if gpus % (tp * pp * cp) == 0 else 0)
+    if not dp or dp * tp * pp * cp != gpus:
+        raise Unsupported("dp*tp*pp*cp does not match the GPU count")
     return dp, tp, pp
 
 
@@ -665,7 +664,7 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
         prefetch = {"zero_allgather_bucket_size": DEEPSPEED_PREFETCH_BUCKET}
         notes.append(f"DeepSpeed's default stage3_prefetch_bucket_size ({DEEPSPEED_PREFETCH_BUCKET:,} elements)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
+        return Plan(dp=dp, tp=tp, pp=pp, cp=run.cp or 1, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
                     **Plan.offload_fields(offload, zero), micro_batch_size=mb, num_micro_batches=m,
                     pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else

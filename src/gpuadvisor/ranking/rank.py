@@ -21,20 +21,22 @@ OBJECTIVES = ("throughput", "memory", "time", "cost")
 
 def _shape(p) -> tuple:
     """Plans that differ only in minor knobs share a shape; the top list shows the best of each."""
-    return (p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.nodes, p.devices_per_node)
+    return (p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.nodes, p.devices_per_node, p.cp)
 
 
-def complexity(dp: float, tp: float, pp: float, zero: float, offload: float, hpz: float = 1) -> float:
+def complexity(dp: float, tp: float, pp: float, zero: float, offload: float, hpz: float = 1, cp: float = 1) -> float:
     """Operational complexity of a plan shape: DDP 0 < ZeRO-1 1 < ZeRO-2 2 < ZeRO-3 3 < ZeRO-3 + offload of the
-    optimizer 6 < of the parameters too 7, +2 for each of TP and PP, +1 for hpZ. `offload` is the offload code
+    optimizer 6 < of the parameters too 7, +2 for each of TP, PP and CP, +1 for hpZ. `offload` is the offload code
     (candidates.OFFLOADS: 0 none, 1 optimizer, 2 optimizer and parameters). DeepSpeed's guidance orders speed DDP >=
     ZeRO-1 >= ZeRO-2 >= ZeRO-3 >= offload_optimizer >= offload_param when the model fits (DeepSpeed ZeRO tutorial /
     config docs). A ZeRO stage is a config switch; TP and PP each
     rewrite the model (Megatron layers or DTensor parallelize plans; a split into stages with its schedule) and add a
     dimension to tune and debug (torchtitan enables them one at a time: FSDP first, then TP, then PP), so each
     counts two steps: PP + ZeRO-1 (3) is no simpler than ZeRO-3 (3), and a 2-D hybrid with ZeRO-1 (5) no simpler
-    than ZeRO-2 + offload (5)."""
-    return zero + 3.0 * (offload > 0) + 1.0 * (offload > 1) + 2.0 * (tp > 1) + 2.0 * (pp > 1) + (hpz > 1)
+    than ZeRO-2 + offload (5). Context parallelism swaps the attention for ring attention and splits every batch
+    along the sequence: a dimension as TP is."""
+    return (zero + 3.0 * (offload > 0) + 1.0 * (offload > 1) + 2.0 * (tp > 1) + 2.0 * (pp > 1) + (hpz > 1)
+            + 2.0 * (cp > 1))
 
 
 def _simpler_margin() -> float:
@@ -49,14 +51,14 @@ def _scores(b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, np.ndarray]:
     throughput (and time) objective handicaps each step of `complexity` by the simpler-plan margin, so a simpler
     plan within the model's uncertainty ranks first.
     """
-    a = b.a[ok, :18]
+    a = b.a[ok]
     tps = b.tps[ok]
     tight = b.tight[ok].astype(float)
     if objective == "memory":
         return b.mem_total[ok], -tps
     if objective == "cost":
-        return tight, (a[:, 0] * a[:, 1] * a[:, 2]) / tps
-    c = complexity(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 15])
+        return tight, (a[:, 0] * a[:, 1] * a[:, 2] * a[:, 22]) / tps
+    c = complexity(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 15], a[:, 22])
     return tight, -tps * (1.0 - _simpler_margin()) ** c
 
 
@@ -70,7 +72,7 @@ def _best_per_shape(b, ok: np.ndarray, objective: str) -> tuple[list[int], dict]
     if not len(ok):
         return [], {}
     k1, k2 = _scores(b, ok, objective)
-    _, sid = unique_rows(b.a[ok][:, [0, 1, 2, 3, 4, 16, 17]])
+    _, sid = unique_rows(b.a[ok][:, [0, 1, 2, 3, 4, 16, 17, 22]])
     order = np.lexsort((np.arange(len(ok)), k2, k1, sid))  # by shape, then key, then enumeration order
     first = np.ones(len(order), dtype=bool)
     first[1:] = sid[order][1:] != sid[order][:-1]
@@ -107,7 +109,7 @@ def _key(objective: str, e, price: Optional[float], margin: float = 0.0) -> tupl
         return (e.mem.total, -e.tps)
     if objective == "cost":
         return (tight, p.world_size / e.tps)
-    c = complexity(p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.zero_hpz_partition_size)
+    c = complexity(p.dp, p.tp, p.pp, p.zero_stage, p.offload_code, p.zero_hpz_partition_size, p.cp)
     return (tight, -e.tps * (1.0 - margin) ** c)
 
 
@@ -233,9 +235,9 @@ def _reasons(a: Estimate, b: Optional[Estimate], objective: str) -> list[str]:
     pct = (ta / tb - 1) * 100 if tb else float("inf")
     why = f"less {what}" if gain > 0 else "a similar breakdown"
     ca = complexity(a.plan.dp, a.plan.tp, a.plan.pp, a.plan.zero_stage, a.plan.offload_code,
-                    a.plan.zero_hpz_partition_size)
+                    a.plan.zero_hpz_partition_size, a.plan.cp)
     cb = complexity(b.plan.dp, b.plan.tp, b.plan.pp, b.plan.zero_stage, b.plan.offload_code,
-                    b.plan.zero_hpz_partition_size)
+                    b.plan.zero_hpz_partition_size, b.plan.cp)
     frac_b = b.memory.total / b.memory_capacity_bytes if b.memory_capacity_bytes else 0.0
     if ta < tb and frac_b > MEMORY_TIGHT:
         why = (f"{plan_label(b.plan)} needs {frac_b:.0%} of device memory, too close to the limit to run reliably "

@@ -19,10 +19,10 @@ MeshOrder = Literal["tp-dp-pp", "tp-pp-dp"]
 ZeroImpl = Literal["deepspeed", "fsdp"]
 
 
-def fsdp_by_default(zero_stage: Any, tp: Any, pp: Any, ep: Any) -> Any:
-    """Whether ZeRO without a stated runtime runs on FSDP: ZeRO-2/3 beside TP, PP or EP (FSDP2 + TP as torchtitan
-    runs it, FSDP per pipeline stage); else DeepSpeed. Plain ints, or NumPy arrays of the engine's rows."""
-    return (zero_stage >= 2) & ((tp > 1) | (pp > 1) | (ep > 1))
+def fsdp_by_default(zero_stage: Any, tp: Any, pp: Any, ep: Any, cp: Any = 1) -> Any:
+    """Whether ZeRO without a stated runtime runs on FSDP: ZeRO-2/3 beside TP, PP, EP or CP (FSDP2 + TP/CP as
+    torchtitan runs it, FSDP per pipeline stage); else DeepSpeed. Plain ints, or NumPy arrays of the engine's rows."""
+    return (zero_stage >= 2) & ((tp > 1) | (pp > 1) | (ep > 1) | (cp > 1))
 
 
 #: DeepSpeed ZeRO-3's cap on gathered parameter elements (stage3_max_live_parameters: 1e9 by default, DeepSpeed
@@ -47,6 +47,10 @@ class Plan(Frozen):
     dp: int = Field(1, ge=1, description="Data-parallel degree (replicas, or ZeRO shards)")
     tp: int = Field(1, ge=1, description="Tensor-parallel degree (Megatron column/row split)")
     pp: int = Field(1, ge=1, description="Pipeline stages")
+    cp: int = Field(1, ge=1, description="Context-parallel degree: each sequence split over cp ranks, attention "
+                    "exchanging keys and values around them (ring attention: Megatron-Core --context-parallel-size, "
+                    "torchtitan context_parallel_degree). The cp ranks sit between tp and dp (tp-cp-dp-pp), hold "
+                    "the same weights and reduce (or shard, with ZeRO) gradients with the dp ranks")
     ep: int = Field(1, ge=1, description="Expert-parallel degree (MoE): each rank holds 1/ep of the routed experts; "
                                          "the ep ranks are drawn from a stage's tp*dp ranks (Megatron-Core's MoE "
                                          "parallel folding, expert tensor parallelism 1)")
@@ -111,12 +115,28 @@ class Plan(Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> "Plan":
-        world = self.dp * self.tp * self.pp
+        world = self.dp * self.cp * self.tp * self.pp
         if world != self.nodes * self.devices_per_node:
+            names, values = ("dp*tp*pp*cp", f"{self.dp}*{self.tp}*{self.pp}*{self.cp}") if self.cp > 1 else (
+                "dp*tp*pp", f"{self.dp}*{self.tp}*{self.pp}")
             raise ValueError(
-                f"plan degrees dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {world} do not match the devices used "
+                f"plan degrees {names} = {values} = {world} do not match the devices used "
                 f"nodes*devices_per_node = {self.nodes}*{self.devices_per_node}; make them equal"
             )
+        if self.cp > 1:
+            # context parallelism as Megatron-Core and torchtitan run it: ZeRO over dp*cp by their distributed
+            # optimizer or FSDP2 (DeepSpeed has no ring attention: its Ulysses splits heads, not modelled), the cp
+            # ranks inside the tp-cp-dp-pp order, no MoE folding or offload beside it
+            if self.mesh_order != "tp-dp-pp":
+                raise ValueError("cp > 1 needs mesh_order tp-dp-pp (the context-parallel ranks sit between tp and "
+                                 "dp, as Megatron-Core orders tp-cp-dp-pp)")
+            if self.zero_impl == "deepspeed" or self.zero_offload or self.zero_hpz_partition_size > 1:
+                raise ValueError("context parallelism (cp > 1) runs on Megatron-Core or torchtitan, not DeepSpeed: "
+                                 "drop zero_impl=deepspeed, offload and hpZ, or use cp=1")
+            if self.ep > 1:
+                raise ValueError("expert parallelism beside context parallelism is not modelled; use ep=1 or cp=1")
+            if self.comm_hook != "none":
+                raise ValueError("DDP comm hooks are not run beside context parallelism; use comm_hook=none or cp=1")
         # ZeRO with TP/PP as the frameworks run it: ZeRO-1 = Megatron's distributed optimizer (with TP and PP);
         # ZeRO-2/3 with TP = FSDP2 + TP (torchtitan); ZeRO-3 with PP = FSDP per pipeline stage (torchtitan 3D).
         # DeepSpeed's pipeline engine refuses ZeRO-2/3 with PP, and offload is DeepSpeed's alone.
@@ -189,7 +209,13 @@ class Plan(Frozen):
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def gradient_ranks(self) -> int:
+        """Ranks one weight's gradient is reduced (or its ZeRO state sharded) over: dp*cp (the context-parallel ranks
+        hold the same weights; Megatron-Core's data-parallel group with CP, torchtitan's dp_shard_cp mesh)."""
+        return self.dp * self.cp
 
     @property
     def strategy(self) -> str:
@@ -201,9 +227,9 @@ class Plan(Frozen):
         if self.world_size == 1:
             return "single" if not self.zero_stage else f"zero{self.zero_stage}" + off
         zero = f"zero{self.zero_stage}" + off if self.zero_stage else ""
-        if zero and self.tp == 1 and self.pp == 1:
+        if zero and self.tp == 1 and self.pp == 1 and self.cp == 1:
             return zero + ep
-        parts = [(n, d) for n, d in (("tp", self.tp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
+        parts = [(n, d) for n, d in (("tp", self.tp), ("cp", self.cp), ("pp", self.pp), ("dp", self.dp)) if d > 1]
         if zero:  # ZeRO beside TP/PP (distributed optimizer, FSDP2 + TP): the hybrid with its ZeRO stage
             parts = [(n, d) for n, d in parts if n != "dp"]
             return "x".join(f"{n}{d}" for n, d in parts) + f"-{zero}" + ep
@@ -227,7 +253,7 @@ class Plan(Frozen):
         """The runtime that shards this plan's ZeRO-2/3: `zero_impl` when given, else `fsdp_by_default`'s."""
         if self.zero_impl is not None:
             return self.zero_impl
-        return "fsdp" if fsdp_by_default(self.zero_stage, self.tp, self.pp, self.ep) else "deepspeed"
+        return "fsdp" if fsdp_by_default(self.zero_stage, self.tp, self.pp, self.ep, self.cp) else "deepspeed"
 
     @property
     def zero_framework(self) -> Optional[str]:
@@ -237,7 +263,8 @@ class Plan(Frozen):
         engine prices the same split over its rows (engine.evaluate_batch `dist_opt`)."""
         if not self.zero_stage:
             return None
-        if self.zero_stage == 1 and (self.tp > 1 or self.pp > 1 or self.ep > 1) and self.zero_impl != "deepspeed":
+        if (self.zero_stage == 1 and (self.tp > 1 or self.pp > 1 or self.ep > 1 or self.cp > 1)
+                and self.zero_impl != "deepspeed"):
             return "distributed-optimizer"
         return self.zero_runtime
 
@@ -345,9 +372,10 @@ def parse_plan(text: str, **defaults: object) -> Plan:
         fields[k] = v
     if "nodes" not in fields and "devices_per_node" not in fields:
         try:
-            fields["devices_per_node"] = int(fields.get("dp", 1)) * int(fields.get("tp", 1)) * int(fields.get("pp", 1))
+            fields["devices_per_node"] = (int(fields.get("dp", 1)) * int(fields.get("tp", 1)) * int(fields.get("pp", 1))
+                                          * int(fields.get("cp", 1)))
         except (TypeError, ValueError):
-            raise ValueError(f"invalid plan '{text}': dp, tp and pp must be whole numbers") from None
+            raise ValueError(f"invalid plan '{text}': dp, tp, pp and cp must be whole numbers") from None
     try:
         plan = Plan.model_validate({k: v for k, v in fields.items()}, strict=False)
     except Exception as exc:  # pydantic ValidationError -> one line
@@ -414,6 +442,16 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
             raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1")
         if m.n_experts % plan.ep:
             raise ValueError(f"ep={plan.ep} does not divide the {m.n_experts} routed experts of '{m.name}'")
+    if plan.cp > 1:
+        if m.kind != "transformer":
+            raise ValueError(f"cp={plan.cp} splits sequences; model '{m.name}' is generic (params + FLOPs): use cp=1")
+        if t.seq_len % (2 * plan.cp):
+            raise ValueError(f"cp={plan.cp} needs seq_len {t.seq_len} divisible by 2*cp = {2 * plan.cp} (each rank "
+                             "takes a chunk from each end of the sequence to balance causal attention)")
+        if workload.core_kernel == "eager":
+            raise ValueError(f"cp={plan.cp} needs a fused attention kernel (ring attention runs FlashAttention, cuDNN "
+                             "or SDPA's flash); this workload's attention core is unfused: use --attention-kernel "
+                             "flash or cp=1")
     if m.kind != "transformer":
         if plan.recompute_attention or plan.recompute_ops:
             raise ValueError(f"model '{m.name}' is generic (params + FLOPs) and has no attention core to recompute: "
@@ -435,5 +473,6 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
         what = "a mixture-of-experts layer's expert loop" if m.n_experts else "an adapter (LoRA) run"
         raise ValueError(f"recompute_ops (op-level selective checkpointing) is priced for dense full training, not "
                          f"{what}; use recompute=full or recompute_interval")
-    if plan.sequence_parallel and t.seq_len % plan.tp:
-        raise ValueError(f"sequence parallel needs seq_len {t.seq_len} divisible by tp={plan.tp}")
+    if plan.sequence_parallel and (t.seq_len // plan.cp) % plan.tp:
+        what = f"seq_len/cp = {t.seq_len // plan.cp}" if plan.cp > 1 else f"seq_len {t.seq_len}"
+        raise ValueError(f"sequence parallel needs {what} divisible by tp={plan.tp}")

@@ -122,6 +122,10 @@ def ep_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
 def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[str]:
     """Why the bundled trainers cannot run `plan` (None if they can). `cuda`: the ranks have GPUs."""
     fp16 = workload.training.precision == "fp16" and cuda  # CPU runs fp32 whatever is asked
+    if plan.cp > 1:
+        return ("the bundled trainers do not run context parallelism (ring attention: cp > 1 needs torchtitan's "
+                "context_parallel_degree or Megatron's --context-parallel-size: torchtitan.toml / megatron_args.txt); "
+                "use cp=1 for a trial")
     if plan.tp_comm_overlap:
         return ("the bundled trainers do not overlap TP communication with GEMMs (tp_comm_overlap needs Megatron's "
                 "--tp-comm-overlap or torchtitan's async TP: megatron_args.txt / torchtitan.toml); use "

@@ -78,14 +78,20 @@ def deepspeed_replay_regather(numels, tp, distance: float = DEEPSPEED_MAX_REUSE_
 class Context:
     """Plan-independent facts of one (cluster, workload): rates, shapes, constants, topology."""
 
-    def __init__(self, cluster: Cluster, workload: Workload, calibration: Optional[dict] = None):
+    def __init__(self, cluster: Cluster, workload: Workload, calibration: Optional[dict] = None, cp: int = 1):
         cal = calibration or load_calibration()
         self.cal, self.cluster, self.workload = cal, cluster, workload
         m, t = workload.model, workload.training
         self.model = m
         self.transformer = m.kind == "transformer"
-        self.s = t.seq_len if self.transformer else 1
-        self.gb = t.global_batch
+        # context parallelism (Plan.cp; `context_parallel`): a rank holds s/cp of each sequence's tokens, so every
+        # per-token quantity (activations, logits, TP and PP messages, GEMM rows) takes s/cp, while attention spans
+        # the whole sequence: the FLOPs per token are the full length's (`seq`). The engine prices a cp row as the
+        # row with dp*cp ranks of s/cp-token sequences (gb*cp of them) plus the key/value exchange.
+        self.cp = cp
+        self.seq = t.seq_len if self.transformer else 1
+        self.s = self.seq // cp
+        self.gb = t.global_batch * cp
         self.precision, self.optimizer = t.precision, t.optimizer
         self.act_bytes = 4 if t.precision == "fp32" else 2
         devs = [d for n in cluster.nodes for d in n.devices]
@@ -214,7 +220,7 @@ class Context:
             self.p_head = head_params(m)
             self.p_final_norm = self.shape.norm_params(m.d_model)
             self.tied = bool(m.tied_embeddings)
-            self.layer_fpt = K.layer_flops_per_token(m, self.s)
+            self.layer_fpt = K.layer_flops_per_token(m, self.seq)
             self.head_fpt = K.head_flops_per_token(m)
             # fused kernels (FlashAttention, SDPA, cuDNN) keep no s x s scores; an unfused core (and CPU ranks)
             # stores them, and on GPUs its score passes are HBM traffic (compute.unfused_attention_bytes)
@@ -248,10 +254,10 @@ class Context:
             self._finetune(workload, cal)
             # layer_fpt by GEMM kind (adapters included when they train); an unfused core scores every key and masks
             # the ones outside a sliding window afterwards (HF's eager_attention_forward, TE's unfused attention)
-            self.flops_split = K.layer_flops_split(m, self.s, workload.finetune if self.adapters else None)
+            self.flops_split = K.layer_flops_split(m, self.seq, workload.finetune if self.adapters else None)
             if eager and m.sliding_window:
                 full = K.attention_flops_per_token(m.model_copy(update={"sliding_window": 0,
-                                                                        "sliding_window_layers": None}), self.s)
+                                                                        "sliding_window_layers": None}), self.seq)
                 self.flops_split = {**self.flops_split, "core": full}
             # op-level selective checkpointing (Plan.recompute_ops) replays the Linears it does not save: their
             # share of the projections' and of the MLP's FLOPs (memory.op_replayed_shares); op_replay is that share
@@ -287,7 +293,15 @@ class Context:
                            if self.shape is not None else np.zeros(0))
         self._ds_interleaved: dict[float, float] = {}
         self._ds_replay: dict[tuple[float, float], float] = {}
+        self._cp: dict[int, "Context"] = {cp: self}
         self.single_best_tps: Optional[float] = None
+
+    def context_parallel(self, cp: int) -> "Context":
+        """This (cluster, workload) as one rank of a cp-way context-parallel group sees it (built once per cp)."""
+        got = self._cp.get(cp)
+        if got is None:
+            got = self._cp[cp] = Context(self.cluster, self.workload, self.cal, cp=cp * self.cp)
+        return got
 
     def ds_interleaved_tensors(self, bucket_elements: float) -> float:
         """Gradient tensors per layer that DeepSpeed ZeRO-3 interleaves rank by rank before a reduce-scatter.
@@ -371,7 +385,7 @@ class Context:
         # Linear roles without a trainable weight (their inputs need not be stored): none unless adapters
         self.frozen_roles: frozenset = frozenset()
         # full training: every weight trains, the forward is 1/3 of the FLOPs (compute.layer_forward_fraction)
-        self.fwd_frac = K.layer_forward_fraction(self.model, self.s)
+        self.fwd_frac = K.layer_forward_fraction(self.model, self.seq)
         self.p_layer_train, self.w_layer_bytes = float(self.p_layer), float(self.p_layer) * wb
         self.z3_grad_bytes = float(self.zero_gbytes)
         self.grad_bytes_ddp, self.grad_bytes_zero = self.ddp_gbytes, self.zero_gbytes
@@ -383,9 +397,9 @@ class Context:
         self.frozen_roles = frozenset(ALL_LINEAR) - frozenset(ft.target_modules)
         # the fp32 adapters (peft keeps adapter weights in fp32 under autocast) on a frozen base
         self.w_layer_bytes = F.frozen_layer_bytes(shape, ft, wb) + 4.0 * self.p_layer_train
-        self.layer_fpt = K.layer_flops_per_token(self.model, self.s, ft)
+        self.layer_fpt = K.layer_flops_per_token(self.model, self.seq, ft)
         self.head_fpt = K.head_flops_per_token(self.model, ft)
-        self.fwd_frac = K.layer_forward_fraction(self.model, self.s, ft)
+        self.fwd_frac = K.layer_forward_fraction(self.model, self.seq, ft)
         self.z3_grad_bytes = 4.0  # only the fp32 adapter gradients are reduce-scattered
         self.grad_bytes_ddp = self.grad_bytes_zero = 4
         if ft.method == "qlora":

@@ -73,6 +73,21 @@ def p2p_s(size_bytes: float, bw_gb_per_s: float, latency_us: float) -> float:
     return latency_us * 1e-6 + size_bytes / (bw_gb_per_s * GB)
 
 
+def ring_attention_exchange_s(chunk_bytes, cp, bw_gb_per_s, latency_us, call_s):
+    """Seconds of one pass of context parallelism's key/value exchange over a group of `cp` ranks.
+
+    Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers", §3; Megatron-Core's
+    context-parallel attention in Transformer Engine, which sends K and V peer to peer) takes cp - 1 steps: each
+    rank sends its current K/V chunk (`chunk_bytes`) to the next rank and receives one from the previous one
+    while it computes the block it holds, so every rank sends cp - 1 chunks per pass over the group's slowest hop.
+    The backward sends the chunks again beside their gradients (two passes). torchtitan's all-gather rotation
+    moves the same (cp - 1) chunks per rank in one collective. Each step pays the hop's latency and a call."""
+    steps = cp - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = steps * (latency_us * 1e-6 + chunk_bytes / (bw_gb_per_s * GB) + call_s)
+    return np.where(steps > 0, t, 0.0)
+
+
 def link_kind(link_class: LinkClass) -> str:
     """Coarse link kind used as breakdown key: nvlink, pcie, shm."""
     if link_class == LinkClass.NVLINK:
