@@ -17,7 +17,7 @@ from gpuadvisor.cli import main
     (["suggest", "--model", "1.5B", "--cluster", "/"], "cluster file '/' is a folder; give the YAML/JSON file"),
     (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--from", "/"], "--from '/' is a folder; give a"),
     (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--plan", "dp=99"],
-     "plan uses 99 devices (dp x tp x pp) but cluster 'a6000-4x-pcie' has 1 x 4"),
+     "plan uses 99 devices (dp x tp x pp x cp) but cluster 'a6000-4x-pcie' has 1 x 4"),
     (["predict", "--model", "1.5B", "--preset", "a6000-4x-pcie", "--from", "/nonexistent/ds.json"],
      "--from file '/nonexistent/ds.json' not found; give a ds_config.json"),
     (["predict", "--model", "llama-7b", "--preset", "dgx-a100-8x", "--plan", "dp=8,zero=3,mb=1,m=1",

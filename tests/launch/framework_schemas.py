@@ -62,7 +62,7 @@ MEGATRON_FLAGS: dict[str, tuple] = {
     "--moe-shared-expert-intermediate-size": (int, None), "--moe-grouped-gemm": (None, None),
     "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
-    "--tp-comm-overlap": (None, None),
+    "--tp-comm-overlap": (None, None), "--context-parallel-size": (int, None),
     # Transformer Engine FP8 (_add_transformer_engine_args)
     "--transformer-impl": (str, ("local", "transformer_engine")), "--fp8-format": (str, ("e4m3", "hybrid")),
     "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
@@ -89,8 +89,10 @@ def megatron_validate(args, world: int, env: dict) -> None:
 
     Raises AssertionError with Megatron's own message, as validate_args does.
     """
-    assert world % (args.tensor_model_parallel_size * args.pipeline_model_parallel_size) == 0, "world size"
-    dp = world // (args.tensor_model_parallel_size * args.pipeline_model_parallel_size)
+    cp = args.context_parallel_size or 1
+    model_parallel = args.tensor_model_parallel_size * args.pipeline_model_parallel_size * cp
+    assert world % model_parallel == 0, "world size"
+    dp = world // model_parallel  # data-parallel size = world / (tp x pp x cp)
     assert args.global_batch_size % (args.micro_batch_size * dp) == 0, "global batch size"
     if args.num_layers_per_virtual_pipeline_stage is not None:
         # p2p overlap is on by default (--no-overlap-p2p-communication turns it off): then pp > 1 suffices

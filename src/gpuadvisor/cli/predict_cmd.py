@@ -67,8 +67,8 @@ def plan_for_cluster(spec: str, cluster):
         w = plan.world_size
         have = len(cluster.devices_per_node) * per
         if w > have:
-            raise UserError(f"plan uses {w} devices (dp x tp x pp) but cluster '{cluster.name}' has "
-                            f"{len(cluster.devices_per_node)} x {per}; lower dp/tp/pp or try --what-if gpus=NxM")
+            raise UserError(f"plan uses {w} devices (dp x tp x pp x cp) but cluster '{cluster.name}' has "
+                            f"{len(cluster.devices_per_node)} x {per}; lower dp/tp/pp/cp or try --what-if gpus=NxM")
         nodes = 1 if w <= per else -(-w // per)
         if nodes > 1 and w % nodes:
             raise UserError(f"plan world size {w} does not split over {nodes} nodes of {per}; give nodes= and gpn=")

@@ -7,7 +7,10 @@ deepspeed_multinode_launcher, zero3_init_flag; fsdp_config -> fsdp_* with fsdp_v
 DeepSpeed plugin reading the emitted ds_config.json (one JSON builder); pure DP -> MULTI_GPU (DDP); ZeRO with TP
 -> FSDP2 (sharding over dp) + parallelism_config tp, fsdp_reshard_after_forward true for ZeRO-3 and false for
 ZeRO-1/2 (Accelerate has no distributed optimizer: ZeRO-1 is written as FSDP2 without resharding, which also
-shards gradients, as in torchtitan).
+shards gradients, as in torchtitan). ZeRO with context parallelism (cp > 1) -> the same FSDP2 path with
+parallelism_config_cp_size = cp (accelerate >= 1.10: ParallelismConfig cp_size, torch's context_parallel; FSDP
+shards over its dp_shard_cp mesh, dp x cp ranks): the script runs each step inside
+`accelerator.maybe_context_parallel(...)`, which has no effect without FSDP2 (accelerator.py).
 Precision fp8 (`FP8_CONFIG`): `mixed_precision: fp8` with `fp8_config` backend AO, torchao's Float8Linear with
 tensorwise dynamic scaling, the per-tensor current scaling the cost model prices (calibration.yaml `fp8`);
 accelerate keeps bf16 autocast for the rest (its DeepSpeed plugin requires the ds_config's bf16 section,
@@ -22,7 +25,8 @@ No file (`unsupported`) where Accelerate cannot represent the plan: pp > 1 (no t
 TP without ZeRO sharding, since accelerate 1.15's ParallelismConfig refuses TP beside pure replication
 (dp_replicate > 1, dp_shard == 1) and its FSDP2 path needs dp_shard > 1 (parallelism_config.py
 _validate_accelerator), while `accelerate launch` takes a parallelism config only with FSDP v2 (launch.py
-_validate_launch_command); ZeRO with TP and dp = 1 (nothing for FSDP to shard over).
+_validate_launch_command); ZeRO with TP and dp = cp = 1 (nothing for FSDP to shard over); cp without ZeRO (the same
+refusal as TP beside pure replication; DeepSpeed's plugin has no ring attention).
 """
 from __future__ import annotations
 
@@ -50,7 +54,10 @@ def plan_unsupported(p: Plan) -> Optional[str]:
     if p.tp > 1 and not p.zero_stage:
         return ("Accelerate 1.15 runs TP only beside FSDP2 sharding (its ParallelismConfig refuses TP with pure "
                 "data parallelism): use the torchtitan or Megatron-LM files, or a ZeRO plan with TP")
-    if p.tp > 1 and p.dp == 1:
+    if p.cp > 1 and not p.zero_stage:
+        return ("Accelerate runs context parallelism only beside FSDP2 sharding (its ParallelismConfig refuses cp_size "
+                "> 1 with pure data parallelism): use the torchtitan or Megatron-LM files, or a ZeRO plan with cp")
+    if p.tp > 1 and p.gradient_ranks == 1:
         return "Accelerate's FSDP2 + TP needs a data-parallel degree > 1 to shard over (dp_shard_size > 1)"
     return None
 
@@ -64,11 +71,11 @@ def accelerate_config(launch: LaunchConfig, precision: str, ds_file: str) -> dic
                            "use_cpu": False, "mixed_precision": MIXED_PRECISION.get(precision, "no")}
     if precision == "fp8":
         cfg["fp8_config"] = dict(FP8_CONFIG)
-    if p.zero_stage and p.tp == 1:
+    if p.zero_stage and p.tp == 1 and p.cp == 1:
         cfg["distributed_type"] = "DEEPSPEED"
         cfg["deepspeed_config"] = {"deepspeed_config_file": ds_file, "deepspeed_multinode_launcher": "standard",
                                    "zero3_init_flag": p.zero_stage == 3}
-    elif p.zero_stage:  # FSDP2 sharding over dp beside TP (ParallelismConfig: dp_shard x tp = world)
+    elif p.zero_stage:  # FSDP2 sharding over dp beside TP and CP (ParallelismConfig: dp_shard x tp x cp = world)
         cfg["distributed_type"] = "FSDP"
         cfg["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": p.zero_stage == 3,
                               "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -76,7 +83,7 @@ def accelerate_config(launch: LaunchConfig, precision: str, ds_file: str) -> dic
                               "fsdp_activation_checkpointing": p.recompute}
         cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": 1,
                                      "parallelism_config_dp_shard_size": p.dp, "parallelism_config_tp_size": p.tp,
-                                     "parallelism_config_cp_size": 1}
+                                     "parallelism_config_cp_size": p.cp}
     else:
         cfg["distributed_type"] = "MULTI_GPU" if p.world_size > 1 else "NO"
     return cfg
@@ -92,6 +99,10 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
                      "elsewhere; needs torchao and an FP8 GPU (Ada, Hopper, Blackwell)")
     if launch.plan.tp > 1:
         lines.append("# TP: Accelerate shards a transformers (>= 4.52) model by its tp_plan; FSDP2 shards over dp")
+    if launch.plan.cp > 1:
+        lines.append(f"# CP: accelerate >= 1.10 splits each sequence over {launch.plan.cp} ranks (torch's "
+                     "context_parallel around SDPA) inside accelerator.maybe_context_parallel(buffers=[input_ids, "
+                     "labels], buffer_seq_dims=[1, 1]): wrap each step of train.py in it")
     if launch.plan.recompute_interval > 1:
         lines.append(f"# recompute: the plan checkpoints every {launch.plan.recompute_interval}th layer; transformers' "
                      "gradient checkpointing and fsdp_activation_checkpointing checkpoint every layer (less memory, "
@@ -101,8 +112,8 @@ def accelerate_yaml(launch: LaunchConfig, precision: str, *, ds_file: str, marke
         lines.append(f"# DDP: train.py builds its Accelerator with kwargs_handlers=[{ddp}] (accelerate.utils): the "
                      "prediction counts one copy of the gradients (without gradient_as_bucket_view DDP keeps a "
                      "second, 4 bytes per parameter) and the plan's gradient buckets")
-    if launch.plan.zero_stage == 1 and launch.plan.tp > 1:
-        lines.append("# ZeRO-1 + TP: FSDP2 without resharding after forward (Accelerate has no distributed "
+    if launch.plan.zero_stage == 1 and (launch.plan.tp > 1 or launch.plan.cp > 1):
+        lines.append("# ZeRO-1 + TP/CP: FSDP2 without resharding after forward (Accelerate has no distributed "
                      "optimizer; gradients are sharded too)")
     return "\n".join(lines + yaml_lines(cfg)) + "\n"
 
@@ -115,7 +126,7 @@ def ddp_kwargs(p: Plan) -> Optional[str]:
     """The DistributedDataParallelKwargs a pure-DDP plan's script passes to its Accelerator (Accelerate's YAML has
     no DDP keys), None for other plans: the plan's bucket size, gradients as views into the buckets (one copy, as
     the cost model counts them), and its compression hook at PowerSGD's default rank 1 (comm.POWERSGD_RANK)."""
-    if p.world_size == 1 or p.zero_stage or p.tp > 1 or p.pp > 1:
+    if p.world_size == 1 or p.zero_stage or p.tp > 1 or p.pp > 1 or p.cp > 1:
         return None
     args = [f"bucket_cap_mb={p.ddp_bucket_mb:g}", "gradient_as_bucket_view=True"]
     if p.comm_hook != "none":

@@ -125,8 +125,8 @@ def rdzv_host_args(node: Node, node_rank: int) -> list[str]:
 
 
 def _torchrun(plan: Plan, node: Node, rank: int, n_nodes: int, endpoint: str, rid: str, numa: bool,
-              trainer_args: list[str]) -> list[str]:
-    """The torchrun argument list of one node."""
+              trainer_args: list[str], module: str = TRAINER_MODULE) -> list[str]:
+    """The torchrun argument list of one node (`module`: what torchrun starts, the bundled trainer by default)."""
     argv = ["torchrun", "--nnodes", str(n_nodes), "--nproc-per-node", str(plan.devices_per_node)]
     if n_nodes == 1:
         argv.insert(1, "--standalone")
@@ -135,7 +135,7 @@ def _torchrun(plan: Plan, node: Node, rank: int, n_nodes: int, endpoint: str, ri
                  *rdzv_host_args(node, rank)]
     if numa:
         argv += ["--numa-binding", "node"]
-    return argv + ["--max-restarts", "0", "-m", TRAINER_MODULE, *trainer_args]
+    return argv + ["--max-restarts", "0", "-m", module, *trainer_args]
 
 
 def _lr_note(plan: Plan, workload: Workload) -> Optional[str]:
@@ -182,7 +182,8 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
     FP8: torchtitan.toml (float8 converter) and megatron_args.txt (Transformer Engine) for the bundled GPT
     shapes, accelerate.yaml (torchao backend) where Accelerate runs the plan; the same conditions as emit.py's
     framework_files. Not FP8: launch.sh / slurm.sbatch / job.json (the bundled trainers have no FP8 kernels:
-    trainers/parallel.py trains bf16 autocast and reports it) and ds_config.json (`deepspeed.FP8_NOTE`).
+    trainers/parallel.py trains bf16 autocast and reports it; a context-parallel plan's launch.sh runs
+    torchtitan.toml instead) and ds_config.json (`deepspeed.FP8_NOTE`).
     LoRA/QLoRA and non-transformer workloads never get here: Workload refuses them with fp8."""
     if workload.training.precision != "fp8":
         return []
@@ -197,6 +198,10 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
             fp8.append(f"{_megatron.FILE} (Transformer Engine)")
     if _accelerate.plan_unsupported(plan) is None:
         fp8.append(f"{_accelerate.FILE} (torchao via accelerate)")
+    where = ("FP8 Linears run in " + ", ".join(fp8) if fp8
+             else "none of the framework files written for this plan trains FP8 Linears")
+    if plan.cp > 1:  # launch.sh runs torchtitan.toml (`cp_notes`), the bundled trainer is not started
+        return [f"fp8: {where}; launch.sh and slurm.sbatch run {TITAN}"]
     if trainer_model_for(workload) is None:
         bundled = ("launch.sh and slurm.sbatch start your own script: FP8 only if it builds Transformer Engine or "
                    "torchao float8 Linears")
@@ -204,8 +209,6 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
         used = "bf16 autocast" if gpu else "fp32 on CPU ranks"
         bundled = (f"launch.sh, slurm.sbatch and job.json run the bundled trainer, which has no FP8 kernels and "
                    f"trains {used}")
-    where = ("FP8 Linears run in " + ", ".join(fp8) if fp8
-             else "none of the framework files written for this plan trains FP8 Linears")
     notes = [f"fp8: {where}; {bundled}: slower than the prediction, which assumes FP8 Linears"]
     if deepspeed_json:
         from .deepspeed import FP8_NOTE
@@ -215,9 +218,47 @@ def fp8_notes(plan: Plan, workload: Workload, *, gpu: bool, deepspeed_json: bool
 
 
 def launch_steps(launch: LaunchConfig) -> int:
-    """The timed steps launch.sh runs (its trainer's --steps): the one step count job.json and README.txt state."""
+    """The timed steps launch.sh runs (its trainer's --steps, or torchtitan's --training.steps for a context-parallel
+    plan): the one step count job.json and README.txt state."""
     args = launch.trainer_args
-    return int(args[args.index("--steps") + 1])
+    flag = "--training.steps" if "--training.steps" in args else "--steps"
+    return int(args[args.index(flag) + 1])
+
+
+def titan_args(steps: int, out_dir: str) -> list[str]:
+    """What launch.sh gives torchtitan's trainer for a context-parallel plan (torchtitan's run_train.sh: `-m
+    torchtitan.train --job.config_file FILE` then JobConfig overrides): the emitted torchtitan.toml, the timed steps
+    ([training] steps) and the output folder ([job] dump_folder)."""
+    from .torchtitan import FILE as TITAN
+
+    return ["--job.config_file", TITAN, "--training.steps", str(steps), "--job.dump_folder", out_dir]
+
+
+def check_cp_handover(plan: Plan, workload: Workload) -> None:
+    """Refuse a context-parallel plan no written file runs: LoRA/QLoRA (torchtitan and Megatron-LM train every
+    weight, train_lora.py is data parallel; the bundled trainers and DeepSpeed have no ring attention)."""
+    if plan.cp > 1 and workload.finetune.adapters:
+        raise UserError(f"cp={plan.cp} with {workload.finetune.method.upper()} adapters: no hand-over runs context "
+                        "parallelism for adapter training (torchtitan and Megatron-LM train every weight, "
+                        "train_lora.py runs data parallel); use cp=1")
+
+
+def cp_notes(plan: Plan, workload: Workload) -> list[str]:
+    """Who runs a context-parallel plan (Plan.cp > 1): launch.sh and slurm.sbatch start torchtitan on torchtitan.toml
+    (context_parallel_degree), megatron_args.txt says --context-parallel-size where Megatron takes the plan; the
+    bundled trainers and DeepSpeed do not run ring attention, so no gpuadvisor.trainers line and no ds_config.json
+    are written."""
+    if plan.cp == 1:
+        return []
+    from . import megatron as _megatron
+    from .torchtitan import FILE as TITAN, MODULE
+
+    megatron = (f"; {_megatron.FILE} gives Megatron-LM --context-parallel-size {plan.cp}"
+                if _megatron.unsupported(plan, workload) is None else "")
+    return [f"context parallel cp={plan.cp}: launch.sh and slurm.sbatch run torchtitan (torchrun ... -m {MODULE} "
+            f"--job.config_file {TITAN}, context_parallel_degree {plan.cp}; install torchtitan and set [model] there "
+            f"if it names no model){megatron}. The bundled trainer (job.json records the plan) and DeepSpeed do not "
+            "run context parallelism"]
 
 
 def attention_notes(plan: Plan, workload: Workload, device) -> list[str]:
@@ -340,9 +381,10 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     ZeRO plans with pure data parallelism add the DeepSpeed JSON (passed to the trainer as --ds-config) and, in
     the notes, the equivalent `deepspeed --hostfile` command; ZeRO with TP/PP (FSDP2 / distributed optimizer)
     keeps the plain torchrun line, and the notes say why there is no DeepSpeed JSON and whether the bundled
-    trainer runs the plan. Env vars carry their reason. `measured_tokens_per_s` (from
-    a trial of this plan) is stated in the notes next to the prediction. Raises UserError when the plan
-    does not fit the cluster or the model.
+    trainer runs the plan. A context-parallel plan (cp > 1) starts torchtitan instead (`-m torchtitan.train
+    --job.config_file torchtitan.toml`: `cp_notes`), with no DeepSpeed JSON. Env vars carry their reason.
+    `measured_tokens_per_s` (from a trial of this plan) is stated in the notes next to the prediction. Raises
+    UserError when the plan does not fit the cluster or the model.
     """
     if not 1 <= port <= 65535:
         raise UserError(f"port {port} is out of range; pass a port between 1024 and 65535")
@@ -350,6 +392,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         check_plan_for(plan, plan_workload(plan, workload))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    check_cp_handover(plan, workload)
     placed = choose_nodes(plan, cluster)
     from ..costmodel.analytical import check_attention_devices, check_fp8_devices
 
@@ -369,19 +412,25 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     ds_args = ["--ds-config", DS_FILE] if ds is not None else []
     if not fsdp3:
         trainer_args += ds_args
+    module = TRAINER_MODULE
+    if plan.cp > 1:  # the bundled trainers run no context parallelism: torchtitan does (`cp_notes`)
+        from .torchtitan import MODULE as module
+
+        trainer_args = titan_args(n_steps, out_dir)
     rdma = multi and rdma_fabric(cluster, nodes)
     launches = []
     for rank, (node, used) in enumerate(placed):
         numa = numa_binding(used, node) if used[0].kind == "gpu" else None
         launches.append(NodeLaunch(
             node=node.name, node_rank=rank, numa_binding=numa,
-            argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args),
+            argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args, module),
             env=node_env(node, used, plan, cluster, multi, rdma)))
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += recompute_notes(plan)
     notes += placement_notes(plan, [n.name for n in nodes])
     notes += zero_impl_notes(plan, workload)
+    notes += cp_notes(plan, workload)
     lr = _lr_note(plan, workload)
     if lr:
         notes.insert(0, lr)
@@ -408,12 +457,12 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     hybrid = hybrid_reason(plan)
     if hybrid:
         notes.append(f"no ds_config.json: {hybrid}")
-    refused = _trainer_refusal(plan, workload, gpu=gpu)
+    refused = _trainer_refusal(plan, workload, gpu=gpu) if plan.cp == 1 else None  # cp: torchtitan runs it
     if refused:
         notes.append(refused)
     if trainer_model_for(workload) is None:
         notes.append(f"'{workload.model.name}' is not one of the bundled trainer models (gpt, resnet18): keep the "
                      "launcher line and env, replace '-m gpuadvisor.trainers ...' by your training script")
     return LaunchConfig(plan=plan, estimate=estimate, launcher="torchrun", nodes=launches,
-                        trainer_args=["-m", TRAINER_MODULE, *trainer_args], deepspeed_config=ds,
+                        trainer_args=["-m", module, *trainer_args], deepspeed_config=ds,
                         env=common_env(plan, nodes, [u for _, u in placed], multi, cluster), notes=notes)

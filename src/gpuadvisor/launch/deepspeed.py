@@ -17,6 +17,8 @@ DeepSpeed runs ZeRO plans with pure data parallelism only (`runs_on_deepspeed`):
 tensor parallelism (AutoTP is inference/HF-model sharding, not the plan's TP), and its pipeline engine
 (runtime/pipe/engine.py) accepts ZeRO-1 only and is not the bundled path. ZeRO combined with TP/PP is the
 distributed optimizer / FSDP2 of torchtitan and Megatron-LM (`hybrid_reason` says so); such plans get no JSON.
+Context parallelism (Plan.cp > 1: ring attention) is not DeepSpeed's either: its sequence parallelism (Ulysses,
+`sequence_parallel_size`) splits heads with all-to-alls, another algorithm; cp plans get no JSON.
 """
 from __future__ import annotations
 
@@ -34,15 +36,22 @@ FP8_NOTE = ("ds_config.json keeps its bf16 section: DeepSpeed has no FP8 switch,
 
 
 def runs_on_deepspeed(plan: Plan) -> bool:
-    """DeepSpeed runs this plan: a ZeRO stage with pure data parallelism (tp = pp = 1, no expert parallelism:
-    DeepSpeed-MoE sets ep_size in the model code, deepspeed.moe.layer.MoE, not in the JSON)."""
-    return plan.zero_stage > 0 and plan.tp == 1 and plan.pp == 1 and plan.ep == 1
+    """DeepSpeed runs this plan: a ZeRO stage with pure data parallelism (tp = pp = cp = 1, no expert parallelism:
+    DeepSpeed-MoE sets ep_size in the model code, deepspeed.moe.layer.MoE, not in the JSON; DeepSpeed has no ring
+    attention for cp)."""
+    return plan.zero_stage > 0 and plan.tp == 1 and plan.pp == 1 and plan.ep == 1 and plan.cp == 1
 
 
 def hybrid_reason(plan: Plan) -> Optional[str]:
     """Why a ZeRO plan combined with TP/PP gets no ds_config.json (None for every other plan)."""
     if not plan.zero_stage or runs_on_deepspeed(plan):
         return None
+    if plan.cp > 1:
+        return (f"ZeRO-{plan.zero_stage} with context parallelism cp={plan.cp} runs as torchtitan's FSDP2 over "
+                f"dp*cp = {plan.gradient_ranks} ranks (torchtitan.toml context_parallel_degree) or Megatron-Core's "
+                "distributed optimizer / FSDP2 (megatron_args.txt --context-parallel-size, where Megatron takes "
+                "the plan); DeepSpeed has no ring attention (its Ulysses sequence parallelism splits heads, another "
+                "plan)")
     if plan.tp == 1 and plan.pp == 1:
         return (f"ZeRO-{plan.zero_stage} with expert parallelism ep={plan.ep} runs as Megatron-Core's distributed "
                 "optimizer or torchtitan's FSDP with expert_parallel_degree (megatron_args.txt, torchtitan.toml); "

@@ -169,13 +169,16 @@ def readme_txt(launch: LaunchConfig, job: TrainerJob) -> str:
     tuning = describe_finetune(job.workload)
     if tuning:
         head.insert(3, f"Tuning  : {tuning}")
+    cp = job.plan.cp > 1  # launch.sh runs torchtitan.toml: the bundled trainers have no context parallelism
     files = ["", "Files:", "  launch.sh   the launcher command per node (NODE_RANK selects the node)",
              "  env.sh      environment common to all nodes, each variable with its reason",
-             "  job.json    plan + workload for the bundled trainer (python -m gpuadvisor.trainers)",
+             "  job.json    " + ("plan + workload, a record (the bundled trainer does not run context parallelism)"
+                                 if cp else "plan + workload for the bundled trainer (python -m gpuadvisor.trainers)"),
              "  slurm.sbatch  the same job under Slurm: sbatch slurm.sbatch (srun, one torchrun per node)"]
     adapters = job.workload.finetune.adapters
     if job.trainer_model == "gpt" and not adapters:
-        files.append("  torchtitan.toml    torchtitan job config (set [model] to your model)")
+        files.append("  torchtitan.toml    torchtitan job config (" + ("launch.sh runs it; " if cp else "")
+                     + "set [model] to your model)")
         if _megatron.unsupported(job.plan, job.workload) is None:
             files.append("  megatron_args.txt  Megatron-LM pretrain_gpt.py arguments")
     if adapters and _peft.unsupported(job.plan, job.workload) is None:

@@ -44,6 +44,12 @@ Mapping (ZeRO with or without TP/PP):
   optimizer's all-gather, half the bytes the prediction assumes) and the finer recipes (mxfp8, blockwise: more
   scale traffic than priced). Transformer Engine swaps the transformer layers' Linears; Megatron's output layer
   is a plain ColumnParallelLinear and stays bf16.
+- cp -> --context-parallel-size (_add_distributed_args): ring attention over the cp ranks in Transformer Engine's
+  attention (--cp-comm-type p2p, its default; --transformer-impl transformer_engine, the default, is needed). The
+  data-parallel group of the gradients and of the distributed optimizer / FSDP2 is then dp x cp
+  (parallel_state's data-parallel group with context parallelism), the plan's gradient_ranks; --global-batch-size
+  counts dp only. validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with CP as with TP on pre-Blackwell GPUs
+  (a warning only with FSDP2, which refuses 1).
 Megatron needs --pipeline-model-parallel-size > 2 or so for interleaving: virtual stages are passed as layers
 per virtual stage.
 Plan.recompute_attention is Megatron's selective recompute, --recompute-granularity selective (its default
@@ -85,6 +91,7 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
     """The argument list (model shape, parallel degrees, batch, precision, recompute)."""
     m, t = workload.model, workload.training
     a = ["--tensor-model-parallel-size", str(plan.tp), "--pipeline-model-parallel-size", str(plan.pp),
+         *(["--context-parallel-size", str(plan.cp)] if plan.cp > 1 else []),
          "--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch()),
          "--seq-length", str(t.seq_len), "--max-position-embeddings", str(max(m.max_seq_len, t.seq_len)),
          "--num-layers", str(m.n_layers), "--hidden-size", str(m.d_model), "--ffn-hidden-size", str(m.d_ff),
@@ -174,11 +181,16 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
                      "--bf16; needs Transformer Engine and an FP8 GPU (Ada, Hopper, Blackwell)")
     if plan.zero_stage == 2:
         lines.append("# ZeRO-2 -> distributed optimizer: Megatron keeps a full-size gradient buffer (ZeRO-1 memory)")
-    if plan.zero_stage == 3 and plan.tp > 1:
-        lines.append("# FSDP2 + TP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 refuses 1; Megatron warns on "
-                     "pre-Blackwell GPUs that TP prefers 1)")
-    elif plan.tp > 1:
-        lines.append("# TP: Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on pre-Blackwell GPUs (validate_args)")
+    if plan.cp > 1:
+        lines.append(f"# CP: --context-parallel-size {plan.cp} splits each sequence over {plan.cp} ranks (ring "
+                     "attention, --cp-comm-type p2p); gradients reduced" + (" and sharded" if plan.zero_stage else "")
+                     + f" over dp x cp = {plan.gradient_ranks} ranks")
+    both = "TP/CP" if plan.tp > 1 and plan.cp > 1 else "CP" if plan.cp > 1 else "TP"
+    if plan.zero_stage == 3 and (plan.tp > 1 or plan.cp > 1):
+        lines.append(f"# FSDP2 + {both}: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 refuses 1; Megatron warns on "
+                     f"pre-Blackwell GPUs that {both} prefers 1)")
+    elif plan.tp > 1 or plan.cp > 1:
+        lines.append(f"# {both}: Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on pre-Blackwell GPUs (validate_args)")
     i = 0
     while i < len(args):
         j = i + 1

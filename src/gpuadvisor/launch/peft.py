@@ -49,9 +49,10 @@ def unsupported(plan: Plan, workload: Workload) -> Optional[str]:
     """Why the adapter hand-over cannot express this plan (None when it can)."""
     if not workload.finetune.adapters:
         return "full fine-tuning: the plan's launch.sh and framework files train every weight"
-    if plan.tp > 1 or plan.pp > 1:
+    if plan.tp > 1 or plan.pp > 1 or plan.cp > 1:
+        cp = f", cp={plan.cp}" if plan.cp > 1 else ""
         return ("LoRA/QLoRA hand-over is for data-parallel plans (DDP, ZeRO/FSDP, offload); this plan has "
-                f"tp={plan.tp}, pp={plan.pp}")
+                f"tp={plan.tp}, pp={plan.pp}{cp}")
     return None
 
 

@@ -22,12 +22,18 @@ def choose_nodes(plan: Plan, cluster: Cluster) -> list[tuple[Node, list[Device]]
 
 
 def coords(plan: Plan, rank: int) -> tuple[int, int, int]:
-    """(tp, dp, pp) index of global `rank`, following `plan.mesh_order` (fastest-varying first)."""
+    """(tp, dp, pp) index of global `rank`, following `plan.mesh_order` (fastest-varying first); the context-parallel
+    index (`cp_index`) sits between tp and dp (Megatron-Core's tp-cp-dp-pp order)."""
     tp = rank % plan.tp
-    rest = rank // plan.tp
+    rest = rank // (plan.tp * plan.cp)
     if plan.mesh_order == "tp-dp-pp":
         return tp, rest % plan.dp, rest // plan.dp
     return tp, rest // plan.pp, rest % plan.pp
+
+
+def cp_index(plan: Plan, rank: int) -> int:
+    """The context-parallel index of global `rank`: which share of each sequence it holds (0 without cp)."""
+    return (rank // plan.tp) % plan.cp
 
 
 def _span(xs: list[int]) -> str:
@@ -48,6 +54,8 @@ def _node_note(plan: Plan, i: int, name: str) -> str:
         parts.append(f"pp stage {_span([c[2] for c in cs])}")
     if plan.dp > 1:
         parts.append(f"dp replica {_span([c[1] for c in cs])}")
+    if plan.cp > 1:
+        parts.append(f"cp rank {_span([cp_index(plan, r) for r in ranks])}")
     if plan.tp > 1:
         parts.append(f"tp shard {_span([c[0] for c in cs])}")
     detail = f": {', '.join(parts)}" if parts else ""
@@ -58,19 +66,27 @@ def _rule_note(plan: Plan, names: list[str]) -> str:
     """Nodes 2..n-2 of many, as a rule: node i's ranks and rank r's coordinates (`coords`)."""
     g, n = plan.devices_per_node, len(names)
     ranks = f"rank {g}i" if g == 1 else f"ranks {g}i to {g}i+{g - 1}"
-    tp, dp, pp = plan.tp, plan.dp, plan.pp
-    rest = "r" if tp == 1 else f"r div {tp}"
-    fast, slow = (("dp replica", dp), ("pp stage", pp)) if plan.mesh_order == "tp-dp-pp" else \
-        (("pp stage", pp), ("dp replica", dp))
-    parts = [f"tp shard r mod {tp}"] if tp > 1 else []
-    if fast[1] > 1:
-        mod = f"({rest}) mod" if tp > 1 else "r mod"
-        parts.append(f"{fast[0]} {mod} {fast[1]}" if slow[1] > 1 else f"{fast[0]} {rest}")
-    if slow[1] > 1:
-        parts.append(f"{slow[0]} r div {tp * fast[1]}" if tp * fast[1] > 1 else f"{slow[0]} r")
+    parts = _rule_parts(plan)
     where = f"; rank r holds {', '.join(parts)} (mesh order {plan.mesh_order})" if parts else ""
     return (f"placement: nodes 2-{n - 2} ({names[2]} ... {names[n - 2]}) likewise: node i runs global {ranks}"
             f"{where}")
+
+
+def _rule_parts(plan: Plan) -> list[str]:
+    """Rank r's coordinates as formulas, fastest dimension first (tp, cp, then dp and pp in mesh order): 'tp shard
+    r mod 4', 'dp replica (r div 4) mod 8', 'pp stage r div 32' (`coords`, `cp_index`)."""
+    slow = [("dp replica", plan.dp), ("pp stage", plan.pp)]
+    dims = [("tp shard", plan.tp), ("cp rank", plan.cp)] + (slow if plan.mesh_order == "tp-dp-pp" else slow[::-1])
+    parts, stride = [], 1
+    for i, (what, size) in enumerate(dims):
+        if size > 1:
+            base = "r" if stride == 1 else f"r div {stride}"
+            if i == 0 or any(s > 1 for _, s in dims[i + 1:]):  # a slower dimension follows: modulo this one
+                parts.append(f"{what} {base if stride == 1 else f'({base})'} mod {size}")
+            else:
+                parts.append(f"{what} {base}")
+        stride *= size
+    return parts
 
 
 def placement_notes(plan: Plan, names: list[str]) -> list[str]:
@@ -90,6 +106,12 @@ def placement_notes(plan: Plan, names: list[str]) -> list[str]:
         else:
             notes.append(f"placement warning: TP groups of {plan.tp} cross node boundaries ({g} GPUs per node): "
                          "every layer all-reduces over the network")
+    if plan.cp > 1:
+        span = plan.tp * plan.cp
+        notes.append(f"placement: each CP group of {plan.cp} ranks (stride {plan.tp}) lies inside one node (the ring "
+                     "passes keys and values every layer)" if g % span == 0 else
+                     f"placement warning: CP groups of {plan.cp} ranks (tp x cp = {span}) cross node boundaries "
+                     f"({g} GPUs per node): the ring passes keys and values over the network every layer")
     if len(names) > 1:
         notes.append("placement: torchrun's c10d rendezvous may number nodes in join order; global ranks "
                      "stay consecutive within a node, so the layout above holds up to a node permutation")

@@ -8,6 +8,9 @@ arithmetic), else from the cluster (all its devices). Precision fp8 (FP8 Linears
 Megatron's --fp8-format, torchtitan's float8/MX [model] converters and Accelerate's `mixed_precision: fp8`; scaling
 finer than per tensor (MX, blockwise, rowwise) is predicted as per-tensor FP8 with a note. A DeepSpeed JSON has no
 FP8 setting (its engine stays bf16): it reads as bf16; `--precision fp8` overrides it for a model with FP8 modules.
+Context parallelism (torchtitan's context_parallel_degree, Megatron's --context-parallel-size, Accelerate's
+parallelism_config_cp_size and megatron_lm_context_parallel_size) reads into Plan.cp; where the file leaves the
+data-parallel degree to be inferred, it is world / (tp x pp x cp) (`values.context_parallel_degree` checks it).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ..errors import UserError
 from ..schemas.plan import DEEPSPEED_PREFETCH_BUCKET
 from . import megatron_shape
+from .values import context_parallel_degree as _cp_degree
 from .values import positive_int as _int
 
 if TYPE_CHECKING:
@@ -201,6 +205,9 @@ _TT_FP8_CONVERTERS = {"float8": "per-tensor", "quantize.linear.float8": "per-ten
                       "quantize.linear.mx": "MX"}
 #: [parallelism] fsdp_reshard_after_forward choices (torchtitan job_config.py Parallelism)
 _TT_RESHARD = ("default", "always", "never")
+#: [parallelism] context_parallel_rotate_method choices (job_config.py Parallelism: how the key/value shards go round
+#: the cp ranks in torch's context_parallel SDPA); both are priced alike, as the ring's exchange of every shard
+_TT_ROTATE = ("allgather", "alltoall")
 _TT_MODELLED = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "enable_cpu_offload", "mixed_precision_param",
                  "mixed_precision_reduce", "compile", "dataset", "dataset_path", "max_norm", "steps", "gc_freq",
@@ -243,20 +250,19 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     tr, par = data.get("training", {}), data.get("parallelism", {})
     tp = _int(where, "tensor_parallel_degree", par.get("tensor_parallel_degree", 1))
     pp = _int(where, "pipeline_parallel_degree", par.get("pipeline_parallel_degree", 1))
-    if par.get("context_parallel_degree", 1) != 1:
-        raise UserError(f"{where}: context parallel degrees > 1 are not modelled by gpuadvisor; set it to 1")
     ep = _int(where, "expert_parallel_degree", par.get("expert_parallel_degree", 1))
     if ep > 1 and par.get("expert_tensor_parallel_degree", 1) != 1:
         raise UserError(f"{where}: expert_tensor_parallel_degree other than 1 with expert parallelism is not "
                         "modelled; set it to 1")
     rep = _int(where, "data_parallel_replicate_degree", par.get("data_parallel_replicate_degree", 1))
     shard = par.get("data_parallel_shard_degree", -1)
-    if shard == -1:
-        shard = world // (rep * tp * pp)
+    cp = _torchtitan_cp(par, rb, where, world=world if shard == -1 else None, others=rep * tp * pp)
+    if shard == -1:  # torchtitan's ParallelDims: the rest of the world, world / (replicate x cp x tp x pp)
+        shard = world // (rep * cp * tp * pp)
     shard = _int(where, "data_parallel_shard_degree", shard)
     dp = rep * shard
     zero = 0
-    if shard > 1:
+    if shard > 1 or cp > 1:  # ParallelDims.fsdp_enabled: FSDP over dp_shard x cp ranks whenever cp > 1
         reshard = par.get("fsdp_reshard_after_forward", "default")
         if reshard not in _TT_RESHARD:
             raise UserError(f"{where}: fsdp_reshard_after_forward must be one of {', '.join(_TT_RESHARD)} "
@@ -273,11 +279,17 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
             rb.notes.append("FSDP without resharding under pipeline parallelism is predicted as ZeRO-1 (distributed "
                             "optimizer); its sharded gradients save a little more memory")
     rb.plan.update(dp=dp, tp=tp, pp=pp, zero=zero)
+    if cp > 1:
+        rb.plan["cp"] = cp
     if ep > 1:
         rb.plan["ep"] = ep
     if zero and rep > 1:
-        if tp == 1 and pp == 1:
+        if tp == 1 and pp == 1 and cp == 1:
             rb.plan.update(zero=3, zero_hpz_partition_size=shard)
+        elif cp > 1:  # hpZ is pure data parallelism; FSDP over the cp ranks and replicas as ZeRO over dp x cp
+            rb.notes.append(f"HSDP (replicate {rep} x shard {shard} x cp {cp}: torchtitan shards over the cp ranks "
+                            f"whenever cp > 1) is predicted as ZeRO-{zero} over dp x cp = {dp * cp} ranks (the "
+                            "replicate groups are not modelled: less memory predicted than it holds)")
         else:  # the ZeRO stage read from the resharding policy stays; the replicate groups are not modelled
             rb.notes.append(f"HSDP (replicate {rep} x shard {shard}) with TP/PP is predicted as FSDP over dp={dp} "
                             "(hpZ is modelled with pure data parallelism only)")
@@ -299,7 +311,7 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
         m = 1 if glob in (-1, None) else _int(where, "global_batch_size", glob) // (local * dp)
         rb.plan.update(mb=local, m=max(1, m))
     if tr.get("enable_cpu_offload"):
-        if zero and tp == 1 and pp == 1:
+        if zero and tp == 1 and pp == 1 and cp == 1:
             rb.plan["offload"] = True
         else:
             rb.notes.append("enable_cpu_offload is modelled for FSDP with pure data parallelism only: predicted "
@@ -330,8 +342,26 @@ def read_torchtitan(data: dict, world: int, where: str = "torchtitan TOML") -> R
     _torchtitan_compile(data, rb, where)
     _torchtitan_model(data, rb, where)
     _fsdp_runtime(rb.plan)
-    rb.world_size = dp * tp * pp
+    rb.world_size = dp * tp * pp * cp
     return rb
+
+
+def _torchtitan_cp(par: dict, rb: ReadBack, where: str, *, world: Optional[int], others: int) -> int:
+    """[parallelism] context_parallel_degree (torchtitan's context parallelism: each sequence split over that many
+    ranks) and context_parallel_rotate_method, checked. `world`: the devices whose rest data_parallel_shard_degree
+    -1 takes (None where the file gives the shard degree); `others`: replicate x tp x pp beside it."""
+    method = par.get("context_parallel_rotate_method", _TT_ROTATE[0])
+    if method not in _TT_ROTATE:
+        raise UserError(f"{where}: context_parallel_rotate_method must be one of {', '.join(_TT_ROTATE)} "
+                        f"(torchtitan's choices), got {str(method)[:80]!r}")
+    if "context_parallel_degree" not in par:
+        return 1
+    cp = _cp_degree(where, "context_parallel_degree", par["context_parallel_degree"], world=world, others=others,
+                    names="replicate x tensor x pipeline degrees")
+    if cp > 1 and method != _TT_ROTATE[0]:
+        rb.notes.append(f"context_parallel_rotate_method {method}: priced as allgather's exchange of the key/value "
+                        "shards (the same bytes per layer)")
+    return cp
 
 
 def _torchtitan_model(data: dict, rb: ReadBack, where: str) -> None:
@@ -455,20 +485,25 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
             fs = data.get("fsdp_config") or {}
             pc = data.get("parallelism_config") or {}
             tp = int(pc.get("parallelism_config_tp_size", 1))
+            if world % tp:
+                raise UserError(f"{where}: num_processes {world} is not divisible by parallelism_config_tp_size "
+                                f"{tp}")
+            # accelerate >= 1.10 (ParallelismConfig cp_size): FSDP2 shards over dp_shard x cp, the rest is dp
+            cp = _cp_degree(where, "parallelism_config_cp_size", pc.get("parallelism_config_cp_size", 1),
+                            world=world, others=tp, names="parallelism_config_tp_size")
             strat = str(fs.get("fsdp_sharding_strategy", "")).upper()
             if int(fs.get("fsdp_version", 1)) == 2:
                 plan["zero"] = 3 if fs.get("fsdp_reshard_after_forward", True) else 2
             else:
                 plan["zero"] = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_SHARD": 3,
                                 "1": 3, "2": 2, "3": 0, "4": 3}.get(strat, 3)
-            if tp > 1:
-                if world % tp:
-                    raise UserError(f"{where}: num_processes {world} is not divisible by parallelism_config_tp_size "
-                                    f"{tp}")
-                plan.update(dp=world // tp, tp=tp)  # FSDP2 + TP: ZeRO-2/3 beside TP
+            if tp > 1 or cp > 1:
+                plan.update(dp=world // (tp * cp), tp=tp)  # FSDP2 + TP/CP: ZeRO-2/3 beside TP and CP
+            if cp > 1:
+                plan["cp"] = cp
             if fs.get("fsdp_offload_params") and plan["zero"]:
-                if tp > 1:
-                    rb.notes.append("fsdp_offload_params with TP is not modelled: predicted without offload")
+                if tp > 1 or cp > 1:
+                    rb.notes.append("fsdp_offload_params with TP or CP is not modelled: predicted without offload")
                 else:
                     plan["offload"] = True
             plan["recompute"] = bool(fs.get("fsdp_activation_checkpointing", False))
@@ -476,7 +511,13 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         elif kind == "MEGATRON_LM":
             mc = data.get("megatron_lm_config") or {}
             tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
-            plan.update(dp=world // (tp * pp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
+            cp = 1
+            if "megatron_lm_context_parallel_size" in mc:  # Megatron's --context-parallel-size through accelerate
+                cp = _cp_degree(where, "megatron_lm_context_parallel_size", mc["megatron_lm_context_parallel_size"],
+                                world=world, others=tp * pp, names="tp x pp")
+            plan.update(dp=world // (tp * pp * cp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
+            if cp > 1:
+                plan["cp"] = cp
             m_in_file = "megatron_lm_num_micro_batches" in mc
             if mc.get("megatron_lm_use_distributed_optimizer"):
                 plan["zero"] = 1  # the distributed optimizer: ZeRO-1 with any TP/PP
@@ -627,20 +668,26 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         return _int(where, flag, vals.get(flag, default))
 
     tp, pp = num("--tensor-model-parallel-size", 1), num("--pipeline-model-parallel-size", 1)
-    if num("--context-parallel-size", 1) != 1:
-        raise UserError(f"{where}: context parallel sizes > 1 are not modelled; set it to 1")
     ep = num("--expert-model-parallel-size", 1)
     if ep > 1 and num("--expert-tensor-parallel-size", 1) != 1:
         raise UserError(f"{where}: --expert-tensor-parallel-size other than 1 with expert parallelism is not "
                         "modelled; set it to 1")
     if world % (tp * pp):
         raise UserError(f"{where}: world size {world} is not divisible by tp {tp} x pp {pp}")
-    dp = world // (tp * pp)
+    # Megatron's validate_args: data-parallel size = world / (tp x pp x cp); the cp ranks reduce gradients with the
+    # dp ranks (its data-parallel group with context parallelism), --global-batch-size counts dp only
+    cp = _cp_degree(where, "--context-parallel-size", vals.get("--context-parallel-size", 1), world=world,
+                    others=tp * pp, names="tp x pp")
+    dp = world // (tp * pp * cp)
     mb = num("--micro-batch-size", 1)
     glob = num("--global-batch-size", mb * dp)
     if glob % (mb * dp):
         raise UserError(f"{where}: the global batch size {glob} is not a multiple of micro {mb} x dp {dp}")
     rb.plan.update(dp=dp, tp=tp, pp=pp, mb=mb, m=glob // (mb * dp))
+    if cp > 1:
+        rb.plan["cp"] = cp
+        if "--cp-comm-type" in rb.ignored:
+            rb.notes.append("--cp-comm-type: predicted as Megatron's default p2p ring over the cp ranks")
     if ep > 1:
         rb.plan["ep"] = ep
     if "--num-virtual-stages-per-pipeline-rank" in vals:
@@ -694,12 +741,12 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     elif "--use-distributed-optimizer" in switches:
         rb.plan["zero"] = 1  # Megatron's distributed optimizer, with any TP and PP
     if "--optimizer-cpu-offload" in switches and rb.plan.get("zero"):
-        if tp == 1 and pp == 1:
+        if tp == 1 and pp == 1 and cp == 1:
             rb.plan["offload"] = True
             if rb.plan["zero"] == 3:
                 rb.plan["offload_param"] = False  # Megatron offloads the optimizer only; FSDP2 keeps the parameters
         else:
-            rb.notes.append("--optimizer-cpu-offload with TP/PP is not modelled: predicted without offload")
+            rb.notes.append("--optimizer-cpu-offload with TP/PP/CP is not modelled: predicted without offload")
     rb.precision = "bf16" if "--bf16" in switches else "fp16" if "--fp16" in switches else "fp32"
     if "--grad-reduce-in-bf16" in switches:
         if rb.precision == "bf16" and "--deepspeed" not in switches:
@@ -800,6 +847,10 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     if "--no-pipeline-parallel" in switches and pp > 1:
         raise UserError(f"{where}: --no-pipeline-parallel needs --pipeline-model-parallel-size 1 "
                         "(Megatron-DeepSpeed's check); drop one")
+    if int(rb.plan.get("cp", 1)) > 1:
+        raise UserError(f"{where}: --context-parallel-size {rb.plan['cp']} with --deepspeed: DeepSpeed's engine runs "
+                        "no ring attention (its sequence parallelism is Ulysses); drop --deepspeed (Megatron-Core runs "
+                        "it) or set --context-parallel-size 1")
     if _int(where, "--ds-sequence-parallel-size", vals.get("--ds-sequence-parallel-size", 1)) != 1:
         raise UserError(f"{where}: DeepSpeed-Ulysses sequence parallel sizes > 1 are not modelled; set "
                         "--ds-sequence-parallel-size 1")

@@ -26,8 +26,13 @@ Keys follow torchtitan's JobConfig dataclasses (torchtitan/config/job_config.py,
   accumulates unsharded gradients until the last micro-batch (PipelineStage.backward_maybe_with_nosync), so
   "always" would only add an all-gather per micro-batch without lowering the peak. ZeRO-1 (distributed optimizer
   elsewhere) is FSDP without resharding.
-Per-op selective checkpointing (Plan.recompute_ops) is selective_ac_option "op". Extension point: context
-parallel is not a Plan field; add it to `titan_config` when the Plan gains it.
+Per-op selective checkpointing (Plan.recompute_ops) is selective_ac_option "op".
+- cp -> context_parallel_degree = cp with context_parallel_rotate_method "allgather" (torchtitan's default; the
+  other choice, "alltoall", is priced the same). torchtitan shards FSDP over the dp_shard_cp mesh (dp_shard x cp
+  ranks: ParallelDims), which is the plan's ZeRO over gradient_ranks = dp*cp, and applies FSDP whenever cp > 1
+  (ParallelDims.fsdp_enabled = dp_shard_enabled or cp_enabled): a plan without ZeRO is written as HSDP, replicate
+  dp and shard over the cp ranks without resharding after forward (the nearest torchtitan has to DDP), and says so.
+  ParallelDims.seq_len_divisor: seq_len must divide by tp x 2cp.
 - [model] name/flavor: the torchtitan model registered with the workload's shape (`flavor_of`: the presets whose
   knowledge/models.yaml entry names one, matched by shape and vocabulary, so an HF config.json of Llama 3.1 8B
   gets llama3 "8B" too). A model torchtitan does not register gets PLACEHOLDER, which torchtitan refuses by name
@@ -48,6 +53,10 @@ PLACEHOLDER = ("SET-your-torchtitan-model", "SET-its-flavor")
 #: [float8] for precision fp8 (torchtitan/config/job_config.py `Float8` at the commit above; the docstring says why)
 FLOAT8 = {"enable_fsdp_float8_all_gather": False, "precompute_float8_dynamic_scale_for_fsdp": False}
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+#: [parallelism] context_parallel_rotate_method written for cp > 1 (torchtitan's default; "alltoall" the other choice)
+ROTATE_METHOD = "allgather"
+#: torchtitan's training entry point (run_train.sh: torchrun ... -m torchtitan.train --job.config_file FILE)
+MODULE = "torchtitan.train"
 
 
 def flavor_of(model: ModelSpec) -> Optional[tuple[str, str]]:
@@ -71,6 +80,8 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
     par: dict[str, Any] = {"tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp}
     if plan.zero_stage == 0:
         par.update(data_parallel_replicate_degree=plan.dp, data_parallel_shard_degree=1)
+        if plan.cp > 1:  # FSDP over the cp ranks all the same (module docstring): weights kept whole, as in DDP
+            par["fsdp_reshard_after_forward"] = "never"
     elif plan.zero_hpz_partition_size > 1:
         h = plan.zero_hpz_partition_size
         par.update(data_parallel_replicate_degree=plan.dp // h, data_parallel_shard_degree=h)
@@ -78,6 +89,8 @@ def titan_config(plan: Plan, workload: Workload, *, steps: int, compile: bool = 
         par.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=plan.dp,
                    fsdp_reshard_after_forward=("default" if plan.pp > 1 else "always") if plan.zero_stage == 3
                    else "never")
+    if plan.cp > 1:
+        par.update(context_parallel_degree=plan.cp, context_parallel_rotate_method=ROTATE_METHOD)
     if plan.tp > 1:
         par["disable_loss_parallel"] = False
     if plan.tp_comm_overlap:
@@ -179,8 +192,24 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
         notes.append("enable_cpu_offload is FSDP2's CPUOffloadPolicy, which moves the parameters and gradients to host "
                      "RAM too: slower than this plan, which offloads the optimizer only (ds_config.json runs it as "
                      "predicted)")
+    notes += _cp_notes(plan)
     if plan.zero_stage == 3 and plan.pp > 1:
         notes.append("fsdp_reshard_after_forward = \"default\" (no resharding under PP): torch's pipelining keeps each "
                      "stage's weights and gradients unsharded through the step anyway, so the stage syncs once per step "
                      "and holds ZeRO-1's memory, as predicted")
     return toml_text(sections, notes)
+
+
+def _cp_notes(plan: Plan) -> list[str]:
+    """What context_parallel_degree runs (module docstring): FSDP over dp_shard x cp, HSDP for a plan without ZeRO."""
+    if plan.cp == 1:
+        return []
+    notes = [f"context parallel degree {plan.cp}: each sequence split over {plan.cp} ranks (torch's context_parallel "
+             f"around SDPA), FSDP sharded over data_parallel_shard_degree x cp = "
+             f"{(plan.dp if plan.zero_stage else 1) * plan.cp} ranks; launch.sh runs this file "
+             f"(torchrun ... -m {MODULE} --job.config_file {FILE})"]
+    if not plan.zero_stage:
+        notes.append(f"no ZeRO in the plan, but torchtitan applies FSDP whenever cp > 1: HSDP, replicate {plan.dp} x "
+                     f"shard {plan.cp}, weights not resharded after forward; optimizer states 1/{plan.cp} per rank, "
+                     "less memory than predicted (megatron_args.txt runs the plan's DDP)")
+    return notes
