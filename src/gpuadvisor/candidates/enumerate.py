@@ -9,13 +9,15 @@ enumerated: it needs Transformer Engine or torch.compile with symmetric memory, 
 bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it.
 
 Bounded by design: the work grows with the number of distinct shapes, never with the device count or the
-batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·M·K with
+batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·C·M·K with
   N nodes used: 1..8, powers of two, all          <= log2(nodes) + 7   (19 for 16,384 nodes)
   G devices used per node: the same list           <= log2(gpn) + 7     (8 for 8 GPUs, 15 for 1,024)
   T tensor-parallel degrees: divisors <= max_tp     <= 8
   P pipeline degrees: divisors of world/tp <= layers, above DENSE_PP only powers of two and divisors of the
     layer count                                     <= 16 + log2(world) + d(layers)
   M micro-batch sizes: powers of two <= max_micro_batch, the largest divisor below it   <= log2(64) + 2 = 8
+  C context-parallel degrees (Plan.cp): 1, and from CP_MIN_SEQ tokens on GPUs the powers of two <= CP_MAX
+    dividing world/(tp·pp)                          <= 5
   K knobs per (degrees, micro-batch): ZeRO x schedule x recompute x SP x mesh order x buckets/hpZ
                                                     <= 144 (288 with comm hooks); x 4/3 for an eager attention
                                                     core (its selective recompute: Plan.recompute_attention)
