@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..candidates.enumerate import CORE_RECOMPUTE, HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
+from ..candidates.enumerate import COLUMNS, CORE_RECOMPUTE, HOOKS, ORDERS, SCHEDULES, ZERO_IMPLS
 from ..schemas import Plan
 from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, fsdp_by_default
 from .analytical import Context
@@ -262,7 +262,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
     return b
 
 
-_CP, _BATCH = 22, 23  # candidates.COLUMNS: "cp", "global_batch"
+_CP, _BATCH = COLUMNS.index("cp"), COLUMNS.index("global_batch")
 
 
 def _merge(n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
@@ -275,16 +275,16 @@ def _merge(n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
         return out
     first = parts[0][1]
     b = Batch(n)
-    b.feasible, b.reason, b.mem_total = fill(lambda x: x.feasible), fill(lambda x: x.reason), fill(lambda x: x.mem_total)
-    b.step_s, b.tps, b.analytical_tps = fill(lambda x: x.step_s), fill(lambda x: x.tps), fill(lambda x: x.analytical_tps)
-    b.factor, b.memory_fraction = fill(lambda x: x.factor), fill(lambda x: x.memory_fraction)
-    b.nic_bytes = fill(lambda x: x.nic_bytes)
+    for attr in ("feasible", "reason", "mem_total", "step_s", "tps", "analytical_tps", "factor", "memory_fraction",
+                 "nic_bytes"):
+        setattr(b, attr, fill(lambda x, attr=attr: getattr(x, attr)))
     b.forbid = fill(lambda x: np.array(x.forbid, dtype=object)).tolist()
     b.parts = {k: fill(lambda x, k=k: x.parts[k]) for k in first.parts}
     b.times = {k: fill(lambda x, k=k: x.times[k]) for k in first.times}
     b.comm = [(label, fill(lambda x, i=i: x.comm[i][1]), fill(lambda x, i=i: x.comm[i][2]))
               for i, (label, _, _) in enumerate(first.comm)]
-    b.links = [(fill(lambda x, i=i: x.links[i][0]), fill(lambda x, i=i: x.links[i][1])) for i in range(len(first.links))]
+    b.links = [(fill(lambda x, i=i: x.links[i][0]), fill(lambda x, i=i: x.links[i][1]))
+               for i in range(len(first.links))]
     b.hits = [(r, fill(lambda x, i=i: x.hits[i][1])) for i, (r, _) in enumerate(first.hits)]
     return b
 
@@ -417,11 +417,13 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
     b.times = {"compute": m * t_mb, "bubble": bubble, "offload": offload, "optimizer": opt,
                "overhead": np.full(len(a), ctx.step_overhead)}
-    b.comm = [("tp", g_tp.kind, m * t_tp), ("cp", g_cp.kind, m * t_cp), ("ep", ep_kind, m * t_ep), ("pp", g_pp.kind, t_pp),
+    b.comm = [("tp", g_tp.kind, m * t_tp), ("cp", g_cp.kind, m * t_cp), ("ep", ep_kind, m * t_ep),
+              ("pp", g_pp.kind, t_pp),
               ("dp", g_dp.kind, np.where(zero == 0, exposed, 0)),
               ("zero", g_dp.kind, np.where(zero > 0, exposed + z3_total, 0.0))]
     dp_all = dp_sent + m * z3_sent
-    b.links = [(g_tp.kind, tp_sent), (g_cp.kind, m * cp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent), (g_dp.kind, dp_all),
+    b.links = [(g_tp.kind, tp_sent), (g_cp.kind, m * cp_sent), (ep_kind, m * ep_sent), (g_pp.kind, pp_sent),
+               (g_dp.kind, dp_all),
                (np.full(len(a), "host", dtype=object), host_bytes)]
     b.nic_bytes = (g_tp.node_flows * tp_sent + g_pp.node_flows * pp_sent / 2.0 + g_dp.node_flows * dp_all
                    + m * ep_nic + m * g_cp.node_flows * cp_sent)

@@ -17,6 +17,7 @@ from ..errors import UserError
 from ..schemas import Cluster, Estimate, FineTune, Ranking, Workload
 
 OBJECTIVES = ("throughput", "memory", "time", "cost")
+_CP = COLUMNS.index("cp")
 
 
 def _shape(p) -> tuple:
@@ -57,8 +58,8 @@ def _scores(b, ok: np.ndarray, objective: str) -> tuple[np.ndarray, np.ndarray]:
     if objective == "memory":
         return b.mem_total[ok], -tps
     if objective == "cost":
-        return tight, (a[:, 0] * a[:, 1] * a[:, 2] * a[:, 22]) / tps
-    c = complexity(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 15], a[:, 22])
+        return tight, (a[:, 0] * a[:, 1] * a[:, 2] * a[:, _CP]) / tps
+    c = complexity(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 15], a[:, _CP])
     return tight, -tps * (1.0 - _simpler_margin()) ** c
 
 
@@ -72,7 +73,7 @@ def _best_per_shape(b, ok: np.ndarray, objective: str) -> tuple[list[int], dict]
     if not len(ok):
         return [], {}
     k1, k2 = _scores(b, ok, objective)
-    _, sid = unique_rows(b.a[ok][:, [0, 1, 2, 3, 4, 16, 17, 22]])
+    _, sid = unique_rows(b.a[ok][:, [0, 1, 2, 3, 4, 16, 17, _CP]])
     order = np.lexsort((np.arange(len(ok)), k2, k1, sid))  # by shape, then key, then enumeration order
     first = np.ones(len(order), dtype=bool)
     first[1:] = sid[order][1:] != sid[order][:-1]
