@@ -44,6 +44,17 @@ def first_change(mine, est, ranked) -> Optional[tuple[Estimate, dict]]:
     return best
 
 
+def _with_fp8_params(wl):
+    """The workload with the file's --fp8-param-gather (TrainingSettings.fp8_param_gather), where --precision and
+    --attention-kernel left it FP8 on Transformer Engine's layers (validated: a one-line error otherwise)."""
+    try:
+        t = type(wl.training).model_validate({**wl.training.model_dump(), "fp8_param_gather": True})
+    except ValueError as exc:
+        msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
+        raise UserError(f"the file's --fp8-param-gather: {msg}") from None
+    return wl.model_copy(update={"training": t})
+
+
 def _edit(d: dict) -> str:
     return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in d.items())
 
@@ -61,7 +72,8 @@ def _fitting_split(rb, cluster, workload) -> None:
     t = tr.model_copy(update={"precision": rb.precision or tr.precision,
                               "attention_kernel": rb.attention_kernel or tr.attention_kernel,
                               "kernels": rb.kernels or tr.kernels,
-                              "grad_reduce_in_bf16": rb.grad_reduce_in_bf16 or tr.grad_reduce_in_bf16})
+                              "grad_reduce_in_bf16": rb.grad_reduce_in_bf16 or tr.grad_reduce_in_bf16,
+                              "fp8_param_gather": rb.fp8_param_gather or tr.fp8_param_gather})
     wl = workload.model_copy(update={"training": t})
     per = rb.plan["mb"] * rb.plan.get("m", 1)
     for m in (d for d in range(1, per + 1) if per % d == 0):
@@ -156,6 +168,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
                            kernels=getattr(args, "kernels", None) or rb.kernels or "eager")
     if rb.grad_reduce_in_bf16:
         wl = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": True})})
+    if rb.fp8_param_gather:
+        wl = _with_fp8_params(wl)
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top
     change = first_change(plan, est, ranked)

@@ -38,6 +38,8 @@ REASONS = (None, "out of device memory", "out of host memory for offload")
 # NCCL channel buffers grown on demand).
 MEMORY_TIGHT = 0.90
 _GB = 1e9
+# bytes of one FP8 element (E4M3 or E5M2)
+FP8_BYTES = 1.0
 
 
 def plan_row(p: Plan) -> tuple:
@@ -409,9 +411,12 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     w_dev = np.maximum(st["w_first"], st["w_last"])
     # ZeRO-1 beside TP/PP runs as a distributed optimizer unless the plan names DeepSpeed's (`ds_named`)
     dist_opt = ((tp > 1) | (pp > 1) | (a[:, _CP] > 1) | meg) & ~ds_named
+    # Megatron's FP8 primary weights all-gather their Linears in FP8 (_fp8_primary)
+    fp8_lin = np.where(_fp8_primary(ctx, zero, meg & ~ds_named), _linear_params(ctx, layers, tp, st), 0.0)
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
-                                                                 dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg)
+                                                                 dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg,
+                                                                 fp8_lin)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -605,6 +610,23 @@ def _megatron_rows(ctx: Context, a: np.ndarray, fsdp: np.ndarray) -> np.ndarray:
     return ~_autocast(ctx, a, fsdp) & ~fsdp & (zero <= 1) & ((tp > 1) | (pp > 1) | (ep > 1) | (a[:, _CP] > 1))
 
 
+def _linear_params(ctx: Context, layers, tp, st) -> np.ndarray:
+    """Parameters of the layers' Linears on one device (Transformer Engine's modules on the `cudnn` stack): the
+    dense share split tp ways and the device's routed experts (_stage_states `exp`); Megatron's output layer is a
+    plain ColumnParallelLinear, not counted."""
+    return layers * (ctx.p_layer - ctx.p_layer_exp) / tp + st["exp"]
+
+
+def _fp8_primary(ctx: Context, zero: np.ndarray, in_place: np.ndarray) -> np.ndarray:
+    """Rows whose Linears keep their weights in FP8 as the only copy (Context.fp8_params, Megatron's
+    --fp8-param-gather, "keep the compute param in fp8 ... and perform the param all-gather in fp8"): Megatron-Core's
+    distributed optimizer on its own buffers (ZeRO-1 in place, `in_place`), which Megatron requires for the switch
+    (arguments.py: --use-distributed-optimizer, FSDP2 or Megatron-FSDP); its DDP (ZeRO-0) rows keep bf16 weights.
+    Transformer Engine then holds each Linear's row-wise FP8 data and its transposed copy (1 + 1 bytes: the cached
+    copies of calibration fp8.te_weight_cache_bytes_per_param) and the fp32 master stays in the optimizer's shard."""
+    return in_place & (zero == 1) & ctx.fp8_params
+
+
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg,
             in_place) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank; `kept`: the layers
@@ -639,8 +661,10 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
         logits = np.zeros_like(mb)
     # Transformer Engine's cached FP8 weight copies (calibration fp8.te_weight_cache_bytes_per_param): the layers'
     # Linears on this device; Megatron's output layer is not a TE module and stays bf16
-    cache = (ctx.te_fp8_cache_bytes * (layers * (ctx.p_layer - ctx.p_layer_exp) / tp + st["exp"])
-             if ctx.transformer else np.zeros_like(mb))
+    lin = _linear_params(ctx, layers, tp, st) if ctx.transformer else np.zeros_like(mb)
+    cache = ctx.te_fp8_cache_bytes * lin
+    # ... which are the Linears' only weights under Megatron's --fp8-param-gather (_fp8_primary): no 16-bit copy
+    cache = np.where(_fp8_primary(ctx, zero, in_place), cache - ctx.weight_bytes * lin, cache)
     # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
     # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron with bf16 an fp32 grad
     # buffer (Context.megatron_grad_bytes)
@@ -1020,7 +1044,7 @@ def _bucketed_allreduce(ctx: Context, g: _G, total, bucket, nb):
 
 
 def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, hook, n_dev, w_dev, t_mb, gpn, ovl,
-                   exp, edp, megatron, fsdp_stage, layers, deepspeed, meg):
+                   exp, edp, megatron, fsdp_stage, layers, deepspeed, meg, fp8_lin):
     """(exposed sync s, bytes sent, offload s, optimizer s, host-link bytes) per step for DDP, ZeRO-1/2 and ZeRO-3
     with PP (synced once per step, `fsdp_stage` below).
 
@@ -1042,7 +1066,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     (torchtitan apply_fsdp: no resharding under PP, "to avoid per-microbatch all-gathers"). `layers`: FSDP units.
     `deepspeed`: rows whose ZeRO runs on DeepSpeed (Plan.zero_runtime). `meg`: rows that run as Megatron
     (_megatron_rows), whose distributed optimizer reduce-scatters gradients of Context.megatron_grad_bytes (fp32 with
-    bf16) and all-gathers the 16-bit parameters. DeepSpeed's stages 1 and 2 all-reduce each
+    bf16) and all-gathers the 16-bit parameters, of which `fp8_lin` (its Linears under --fp8-param-gather,
+    _fp8_primary) in FP8, one byte each. DeepSpeed's stages 1 and 2 all-reduce each
     gradient bucket and keep their partition (stage_1_and_2.py average_tensor -> allreduce_and_scatter under
     zero_optimization.use_multi_rank_bucket_allreduce, default true), twice a reduce-scatter's bytes: stage 2 on
     every micro-step, stage 1 once per step; FSDP's SHARD_GRAD_OP reduce-scatters.
@@ -1053,6 +1078,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
                      n_dev)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(multi, ((edp - 1) / edp) / ((dp - 1) / dp), 1.0)
+        f8 = np.where(n_dev > 0, fp8_lin / n_dev, 0.0)  # the share of them all-gathered in FP8
     n_dev = n_dev - exp + exp * share  # what the gradient sync moves, in dp-group terms
     # Megatron's own rows (`meg`) sync its gradient buffer's dtype in buckets of max(40M, 1M x dp) parameters
     # (Megatron-Core DistributedDataParallelConfig.bucket_size default), DDP and distributed optimizer alike
@@ -1075,8 +1101,9 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     ddp = ddp + ctx.ddp_step_s
     zbucket = zrb * ctx.zero_gbytes
     znb = np.maximum(1.0, np.ceil(zgb / zbucket))
-    # the parameters' all-gather after the step: the 16-bit weights on Megatron's own rows, else the gradients' dtype
-    mwb = np.where(meg, n_dev * ctx.weight_bytes, zgb)
+    # the parameters' all-gather after the step: the 16-bit weights on Megatron's own rows (its FP8 Linears one byte
+    # each), else the gradients' dtype
+    mwb = np.where(meg, n_dev * (ctx.weight_bytes - f8 * (ctx.weight_bytes - FP8_BYTES)), zgb)
     ag_after = g.rs(mwb) + ctx.call_s
     # DeepSpeed's stage 1 all-reduces the gradient buckets (stage_1_and_2.py average_tensor); on Megatron's layers
     # under DeepSpeed (Megatron-DeepSpeed, not `megatron` below) in the dtype its JSON gives them

@@ -40,9 +40,10 @@ Mapping (ZeRO with or without TP/PP):
   knowledge/measurements/public/megatron_lm.csv as "fp8 (hybrid format) + bf16"). Per-tensor scaling is what the
   cost model prices (calibration.yaml `fp8`); delayed is Megatron's default --fp8-recipe and takes the scale from
   the amax history, so its casts read each tensor once, fewer bytes than the current-scaling casts the cost model
-  charges (the prediction errs slow, not fast). Not written: --fp8-param-gather (FP8 weights in the distributed
-  optimizer's all-gather, half the bytes the prediction assumes) and the finer recipes (mxfp8, blockwise: more
-  scale traffic than priced). Transformer Engine swaps the transformer layers' Linears; Megatron's output layer
+  charges (the prediction errs slow, not fast). TrainingSettings.fp8_param_gather writes --fp8-param-gather on a
+  ZeRO-1 plan (the distributed optimizer): the Linears' weights kept in FP8 only and all-gathered in FP8, as NVIDIA's
+  NeMo / Megatron-Bridge FP8 recipes run. Not written: the finer recipes (mxfp8, blockwise: more scale traffic than
+  priced). Transformer Engine swaps the transformer layers' Linears; Megatron's output layer
   is a plain ColumnParallelLinear and stays bf16.
 - cp -> --context-parallel-size (_add_distributed_args): ring attention over the cp ranks in Transformer Engine's
   attention (--cp-comm-type p2p, its default; --transformer-impl transformer_engine, the default, is needed). The
@@ -157,6 +158,10 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
         a += ["--bf16", *FP8_ARGS]
     if t.grad_reduce_in_bf16 and t.precision in ("bf16", "fp8"):
         a.append("--grad-reduce-in-bf16")  # bf16 gradient buffer (Megatron's default with --bf16 is fp32)
+    if t.fp8_param_gather and t.precision == "fp8" and plan.zero_stage == 1:
+        # FP8 primary weights, all-gathered in FP8 by the distributed optimizer (the cost model prices them on
+        # ZeRO-1 only: engine._fp8_primary; Megatron refuses the switch without a sharded optimizer)
+        a.append("--fp8-param-gather")
     return a
 
 

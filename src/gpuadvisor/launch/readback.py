@@ -59,6 +59,8 @@ class ReadBack:
     #: TrainingSettings.grad_reduce_in_bf16: Megatron's --grad-reduce-in-bf16 (a bf16 gradient buffer instead of its
     #: fp32 default with bf16)
     grad_reduce_in_bf16: bool = False
+    #: TrainingSettings.fp8_param_gather: Megatron's --fp8-param-gather (FP8 primary weights, all-gathered in FP8)
+    fp8_param_gather: bool = False
     #: a DeepSpeed JSON's data_types.grad_accum_dtype as written (lower case; None: not set)
     grad_accum_dtype: Optional[str] = None
 
@@ -607,6 +609,8 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  "--torch-fsdp2-no-reshard-after-forward", "--overlap-grad-reduce", "--overlap-param-gather",
                  # the gradient buffer's dtype with --bf16 (fp32 unless this)
                  "--grad-reduce-in-bf16",
+                 # FP8 primary weights (Transformer Engine), all-gathered in FP8 by the sharded optimizer
+                 "--fp8-param-gather",
                  # Megatron-LM before 2022 and Megatron-DeepSpeed: full recompute of every layer (Megatron-LM's
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
@@ -766,10 +770,15 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
                             "predicted without DeepSpeed")
     if "--fp8-format" in vals:
         _megatron_fp8(vals, rb, where)
+    elif "--fp8-param-gather" in switches:
+        raise UserError(f"{where}: --fp8-param-gather keeps FP8 weights, but no --fp8-format switches FP8 on; add "
+                        "--fp8-format hybrid or drop --fp8-param-gather")
     elif "--fp8-recipe" in vals:
         rb.notes.append("--fp8-recipe without --fp8-format trains no FP8 in Megatron (the format switches it on): "
                         f"predicted as {rb.precision}")
     _megatron_attention(vals, switches, rb, where)
+    if "--fp8-format" in vals:
+        _megatron_fp8_params(switches, rb, where)
     rb.kernels = "fused"  # Megatron's fused norms (TE or apex) and its vocab-parallel cross entropy
     if rb.plan.get("recompute_attention") and "--deepspeed" in switches and rb.attention_kernel == "flash":
         # Megatron-DeepSpeed checkpoints the core only on its unfused path (ParallelAttention.forward)
@@ -944,6 +953,28 @@ def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
         rb.notes.append(f"--fp8-recipe {recipe} is not the per-tensor scaling the cost model prices: predicted as "
                         "per-tensor FP8 (its extra scale traffic and slower GEMMs are not priced)")
     rb.precision = "fp8"
+
+
+def _megatron_fp8_params(switches: set[str], rb: ReadBack, where: str) -> None:
+    """--fp8-param-gather: the Linears' weights in FP8 only, all-gathered in FP8 (TrainingSettings.fp8_param_gather).
+    Megatron asserts a sharded optimizer for it (--use-distributed-optimizer, FSDP2 or Megatron-FSDP); the cost model
+    prices it with the distributed optimizer (ZeRO-1) and Transformer Engine's layers."""
+    if "--fp8-param-gather" not in switches:
+        return
+    if "--deepspeed" in switches:
+        rb.notes.append("--fp8-param-gather acts on Megatron's distributed optimizer, not under --deepspeed: "
+                        "predicted with bf16 weights")
+        return
+    if rb.plan.get("zero") is None:
+        raise UserError(f"{where}: --fp8-param-gather needs --use-distributed-optimizer (Megatron asserts it); add "
+                        "it or drop --fp8-param-gather")
+    if int(rb.plan["zero"]) != 1:
+        rb.notes.append("--fp8-param-gather beside FSDP2 is not modelled: predicted with bf16 weights (more memory "
+                        "than the run holds)")
+    elif rb.attention_kernel not in (None, "cudnn"):
+        rb.notes.append("--fp8-param-gather needs Transformer Engine's layers: predicted with bf16 weights")
+    else:
+        rb.fp8_param_gather = True
 
 
 def read_config(path: Path, *, world: int, global_batch: int) -> ReadBack:

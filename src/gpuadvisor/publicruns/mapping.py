@@ -134,6 +134,20 @@ TE_FRAMEWORKS = re.compile(r"megatron-core|megatron-bridge|nemo", re.IGNORECASE)
 #: set_llama3_common_configs; the DeepSeek and Qwen3 configs alike), as NeMo 2's FP8 perf scripts did
 #: (recipe.trainer.plugins.grad_reduce_in_fp32 = False). Megatron-LM's own scripts keep its fp32 default for bf16.
 BF16_REDUCE_RECIPES = re.compile(r"megatron-bridge", re.IGNORECASE)
+#: Rows whose configs follow NeMo's performance scripts without being Megatron-Bridge's: the Megatron-LM Llama 3 FP8
+#: examples ("This configuration follows those defined in NeMo Framework's performance scripts", NVIDIA/Megatron-LM
+#: examples/llama/README.md). NeMo's set_precision_configs reduces FP8 runs' gradients in bf16
+#: (recipe.trainer.plugins.grad_reduce_in_fp32 = False: NVIDIA/NeMo scripts/performance/helpers.py), and the
+#: example's own script states --grad-reduce-in-bf16 and --fp8-param-gather (examples/llama/
+#: train_llama3_8b_h100_fp8.sh).
+NEMO_PERF_SCRIPTS = re.compile(r"follow\w* nemo performance scripts", re.IGNORECASE)
+#: Per-tensor FP8 as these recipes label it (delayed "FP8", current scaling "FP8-CS", Megatron-LM's "hybrid format"):
+#: their mixed-precision configs keep the Linears' weights in FP8 (TrainingSettings.fp8_param_gather): Megatron-
+#: Bridge's bf16_with_fp8_mixed and bf16_with_fp8_current_scaling_mixed set fp8_param_gather = True, its MXFP8 and
+#: blockwise recipes False (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/mixed_precision.py), as NeMo 2's
+#: bf16_with_fp8_mixed did (fp8_param_gather = True). Labels the table only infers ("FP8, default granularity
+#: (inferred)", "not stated (FP8 likely)") are left with bf16 weights.
+PER_TENSOR_FP8 = re.compile(r"^\s*(fp8(-cs)?|fp8 \(hybrid format\).*)\s*$", re.IGNORECASE)
 #: Sources that overlap Megatron's pipeline communication with computation without stating the schedule: the
 #: Megatron-LM README's H100 scaling runs ("We perform fine-grained overlapping of data-parallel (...),
 #: tensor-parallel (`--tp-comm-overlap`) and pipeline-parallel communication (enabled by default) with computation",
@@ -754,10 +768,15 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
                      + ")")
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
-    bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework))
+    nemo_fp8 = precision == "fp8" and bool(NEMO_PERF_SCRIPTS.search(run.framework))
+    bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework)) or nemo_fp8
     if bf16_reduce:
-        notes.append("gradients reduced in bf16 (the Megatron-Bridge performance recipes' grad_reduce_in_fp32 = False)")
+        notes.append("gradients reduced in bf16 (NVIDIA's performance recipes: grad_reduce_in_fp32 = False)")
+    fp8_params = (kernel == "cudnn" and precision == "fp8" and bool(PER_TENSOR_FP8.match(run.precision))
+                  and (nemo_fp8 or bool(BF16_REDUCE_RECIPES.search(run.framework))))
+    if fp8_params:
+        notes.append("FP8 weights (the recipe's fp8_param_gather = True: --fp8-param-gather)")
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
                                 attention_kernel=kernel, kernels=kernels_of(run, notes),
-                                grad_reduce_in_bf16=bf16_reduce)
+                                grad_reduce_in_bf16=bf16_reduce, fp8_param_gather=fp8_params)
     return RunInputs(cluster, Workload(model=model, training=training), plan, tuple(notes))

@@ -211,6 +211,13 @@ class TrainingSettings(Frozen):
                            "Megatron-Bridge performance recipes set grad_reduce_in_fp32 = False) instead of the fp32 "
                            "gradient buffer Megatron uses with bf16 by default (4 bytes per parameter on the device "
                            "and on the wire)")
+    fp8_param_gather: bool = Field(
+        False, description="Megatron only, precision fp8 on Transformer Engine layers (attention_kernel cudnn): keep "
+                           "the Linears' weights in FP8 as their only copy and all-gather them in FP8 "
+                           "(--fp8-param-gather, which NVIDIA's NeMo and Megatron-Bridge FP8 recipes set): with the "
+                           "distributed optimizer, 1 + 1 bytes per Linear parameter (row-wise and transposed FP8) "
+                           "instead of the bf16 weight beside Transformer Engine's FP8 copies, and 1 byte on the "
+                           "wire instead of 2")
     allow_recompute: bool = True
     allow_batch_change: bool = Field(False, description="May the advisor change global batch (LR is rescaled)")
     token_budget: Optional[float] = Field(None, description="Total tokens to train on (time-to-train)")
@@ -227,6 +234,13 @@ class TrainingSettings(Frozen):
         if self.global_batch > MAX_GLOBAL_BATCH:
             raise ValueError(f"global batch {self.global_batch} is above the supported {MAX_GLOBAL_BATCH}; "
                              "give sequences per optimizer step")
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ValueError(f"fp8_param_gather keeps FP8 weights, which precision {self.precision} does not train; "
+                             "use precision fp8 or drop fp8_param_gather")
+        if self.fp8_param_gather and self.attention_kernel != "cudnn":
+            raise ValueError("fp8_param_gather is Megatron's (Transformer Engine's FP8 weights); use attention_kernel "
+                             f"cudnn (Megatron-Core/NeMo layers) instead of {self.attention_kernel}, or drop "
+                             "fp8_param_gather")
         tb = self.token_budget
         if tb is not None and not (math.isfinite(tb) and 0 < tb <= MAX_TOKEN_BUDGET):
             raise ValueError(f"token budget must be a positive finite number of tokens up to {MAX_TOKEN_BUDGET:g}, "

@@ -160,6 +160,9 @@ class Context:
         check_fp8_devices(workload, devs)
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
             self._fp8(dev, cal)
+        # Megatron's FP8 primary weights (TrainingSettings.fp8_param_gather: --fp8-param-gather): on Transformer
+        # Engine's layers the cached FP8 copies are then the Linears' only weights (engine._fp8_primary)
+        self.fp8_params = bool(t.fp8_param_gather and self.te_fp8_cache_bytes)
         self.linear_curve = (self.rate_max, self.x_half, self.w_half)
         # GEMMs with a leading dimension off the 16-byte grid run below their curve (compute.alignment_factor); the
         # Linears' elements are FP8 bytes under fp8, the rest 16-bit (or fp32); CPU BLAS has no such rule
