@@ -118,3 +118,39 @@ def test_public_rows_keep_fp8_weights_as_their_recipes_do():
             assert inp.workload.training.grad_reduce_in_bf16, run.ref
             assert estimate(inp.plan, inp.cluster, inp.workload).feasible, run.ref
     assert seen.get(True, 0) >= 5 and seen.get(False, 0) >= 5
+
+
+#: The Llama 3 8B FP8 example's arguments at CP 2 (NVIDIA/Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh)
+LLAMA3_8B_FP8 = """--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --context-parallel-size 2
+--micro-batch-size 1 --global-batch-size 128 --seq-length 8192
+--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention
+--num-query-groups 8 --swiglu --untie-embeddings-and-output-weights --vocab-size 128256 --normalization RMSNorm
+--position-embedding-type rope --disable-bias-linear
+--bf16 --grad-reduce-in-bf16 --fp8-format hybrid --fp8-param-gather
+--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+"""
+
+
+def test_cli_prices_the_recipe_file_as_it_runs(tmp_path, capsys):
+    """`predict --from` the example's arguments: it fits on 8 H100 (it ran) with its FP8 weights and bf16 gradients,
+    and is out of memory without the two switches; a --precision that drops FP8 is one line, exit 2."""
+    import json
+
+    from gpuadvisor.cli import main
+
+    def peak(text):
+        (tmp_path / "args.txt").write_text(text)
+        rc = main(["predict", "--preset", "hgx-h100-8x", "--from", str(tmp_path / "args.txt"), "--json"])
+        est = json.loads(capsys.readouterr().out)["estimate"]
+        assert rc == (0 if est["feasible"] else 3)  # 3: the plan does not fit
+        return est["feasible"], sum(est["memory"].values()) / 2 ** 30
+
+    fits, gib = peak(LLAMA3_8B_FP8)
+    assert fits and gib < 70
+    fits, gib = peak(LLAMA3_8B_FP8.replace(" --fp8-param-gather", "").replace("--grad-reduce-in-bf16 ", ""))
+    assert not fits and gib > 85
+    (tmp_path / "args.txt").write_text(LLAMA3_8B_FP8)
+    assert main(["predict", "--preset", "hgx-h100-8x", "--from", str(tmp_path / "args.txt"),
+                 "--precision", "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "--fp8-param-gather" in err and "precision bf16" in err and err.count("\n") == 1

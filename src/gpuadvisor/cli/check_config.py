@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..errors import UserError
+from ..errors import UserError, validation_message
 
 if TYPE_CHECKING:
     from ..schemas import Estimate
@@ -50,8 +50,7 @@ def _with_fp8_params(wl):
     try:
         t = type(wl.training).model_validate({**wl.training.model_dump(), "fp8_param_gather": True})
     except ValueError as exc:
-        msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ") if hasattr(exc, "errors") else str(exc)
-        raise UserError(f"the file's --fp8-param-gather: {msg}") from None
+        raise UserError(f"the file's --fp8-param-gather: {validation_message(exc)}") from None
     return wl.model_copy(update={"training": t})
 
 

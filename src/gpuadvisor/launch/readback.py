@@ -971,7 +971,7 @@ def _megatron_fp8_params(switches: set[str], rb: ReadBack, where: str) -> None:
     if int(rb.plan["zero"]) != 1:
         rb.notes.append("--fp8-param-gather beside FSDP2 is not modelled: predicted with bf16 weights (more memory "
                         "than the run holds)")
-    elif rb.attention_kernel not in (None, "cudnn"):
+    elif rb.attention_kernel != "cudnn":
         rb.notes.append("--fp8-param-gather needs Transformer Engine's layers: predicted with bf16 weights")
     else:
         rb.fp8_param_gather = True
