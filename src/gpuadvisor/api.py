@@ -143,7 +143,8 @@ def resolve_cluster(cluster: Union[Cluster, str, Path, None] = None, *, preset: 
 def make_workload(model: Union[str, ModelSpec], *, seq_len: Optional[int] = None, global_batch: Optional[int] = None,
                   precision: str = "bf16", token_budget: Optional[float] = None,
                   allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
-                  attention_kernel: str = "flash", kernels: str = "eager") -> Workload:
+                  attention_kernel: str = "flash", kernels: str = "eager", grad_reduce_in_bf16: bool = False,
+                  fp8_param_gather: bool = False) -> Workload:
     """Resolve a model string ("1.5B", "gpt2-xl", a config.json path), or take a ModelSpec, plus training settings.
 
     finetune: "full" (default), "lora", "qlora", or a FineTune (rank, alpha, target modules).
@@ -153,11 +154,14 @@ def make_workload(model: Union[str, ModelSpec], *, seq_len: Optional[int] = None
     kernels: "eager" (PyTorch modules as the bundled trainers run them; default), "fused" (fused norm and loss
     kernels: llm-foundry, torch.compile) or "liger" (fused, and Liger-Kernel's chunked linear cross-entropy, which
     never holds the logits whole): they set the stored activations and logits.
+    grad_reduce_in_bf16, fp8_param_gather: Megatron's --grad-reduce-in-bf16 and --fp8-param-gather, as NVIDIA's
+    recipes set them (TrainingSettings; docs/cost-model.md "Megatron's gradient buffer", "Megatron's FP8 weights").
     Without global_batch: a batch people train with (workload/batch_defaults.py); make_workload_explained says which.
     """
     return make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    token_budget=token_budget, allow_batch_change=allow_batch_change,
-                                   finetune=finetune, attention_kernel=attention_kernel, kernels=kernels)[0]
+                                   finetune=finetune, attention_kernel=attention_kernel, kernels=kernels,
+                                   grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather)[0]
 
 
 @typed
@@ -165,15 +169,17 @@ def make_workload_explained(model: Union[str, ModelSpec], *, seq_len: Optional[i
                             global_batch: Optional[int] = None,
                             precision: str = "bf16", token_budget: Optional[float] = None,
                             allow_batch_change: bool = False, finetune: Union[FineTune, str, None] = None,
-                            attention_kernel: str = "flash",
-                            kernels: str = "eager") -> tuple[Workload, Optional[BatchDefault]]:
+                            attention_kernel: str = "flash", kernels: str = "eager",
+                            grad_reduce_in_bf16: bool = False,
+                            fp8_param_gather: bool = False) -> tuple[Workload, Optional[BatchDefault]]:
     """make_workload's Workload and, when its global batch is the default (no global_batch given), a BatchDefault
     (global_batch, why: where that batch comes from); None when the batch was given."""
     from .workload.settings import workload_and_default
 
     kwargs = {k: v for k, v in dict(seq_len=seq_len, global_batch=global_batch, precision=precision,
                                    attention_kernel=attention_kernel, kernels=kernels, token_budget=token_budget,
-                                   allow_batch_change=allow_batch_change).items()
+                                   allow_batch_change=allow_batch_change, grad_reduce_in_bf16=grad_reduce_in_bf16,
+                                   fp8_param_gather=fp8_param_gather).items()
               if v is not None}
     return workload_and_default(model, finetune=finetune, targets_flag="finetune target_modules", **kwargs)
 
@@ -208,7 +214,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
             price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
             use_learned: bool = False, finetune: Union[FineTune, str, None] = None,
-            attention_kernel: str = "flash", kernels: str = "eager") -> Suggestion:
+            attention_kernel: str = "flash", kernels: str = "eager", grad_reduce_in_bf16: bool = False,
+            fp8_param_gather: bool = False) -> Suggestion:
     """Rank every feasible plan for `model` on the cluster and return the winner's launch config.
 
     Args:
@@ -227,6 +234,10 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             cross-entropy: no whole logits), "fused-layers" (torch.compile of the model alone, beside an eager loss)
             or "hf" (Hugging Face transformers' modeling code run eagerly: eager, plus
             the HBM passes of its op-by-op norms, rotary, K/V repeat and gate): what the layers and loss store.
+        grad_reduce_in_bf16: plans that run as Megatron keep and reduce gradients in bf16 (--grad-reduce-in-bf16)
+            instead of Megatron's fp32 buffer.
+        fp8_param_gather: with precision "fp8" and attention_kernel "cudnn", plans on Megatron's distributed
+            optimizer keep the Linears' weights in FP8 only (--fp8-param-gather), as NVIDIA's FP8 recipes do.
     """
     from .workload.finetune import trainable_params
     from .workload.settings import default_seq_note
@@ -246,7 +257,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                              token_budget=token_budget, allow_batch_change=allow_batch_change,
                                              finetune=finetune, attention_kernel=attention_kernel,
-                                             kernels=kernels)
+                                             kernels=kernels, grad_reduce_in_bf16=grad_reduce_in_bf16,
+                                             fp8_param_gather=fp8_param_gather)
     if chosen is not None:  # one note: the batch, where it comes from, and the flag that changes it
         t = wl.training
         tokens = f" ({t.global_batch * t.seq_len:,} tokens)" if wl.model.kind == "transformer" else ""
@@ -279,12 +291,13 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False,
             finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash",
-            kernels: str = "eager") -> Prediction:
+            kernels: str = "eager", grad_reduce_in_bf16: bool = False, fp8_param_gather: bool = False) -> Prediction:
     """Predict throughput, step-time and memory breakdown for one given plan.
 
     finetune: "full" (default), "lora", "qlora" or a FineTune; the Prediction states it and the trainable count.
     global_batch: default the plan's dp*mb*m (as `gpuadvisor predict`), not the model's default batch.
-    kernels: "eager" (default) or "fused", as for `suggest`.
+    kernels: "eager" (default) or "fused", as for `suggest`; grad_reduce_in_bf16 and fp8_param_gather as for
+    `suggest`.
     """
     from .costmodel.combine import estimate
     from .schemas import check_plan_for, parse_plan
@@ -294,7 +307,8 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     if global_batch is None and not isinstance(model, Workload):
         global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                   attention_kernel=attention_kernel, kernels=kernels)
+                   attention_kernel=attention_kernel, kernels=kernels, grad_reduce_in_bf16=grad_reduce_in_bf16,
+                   fp8_param_gather=fp8_param_gather)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
 

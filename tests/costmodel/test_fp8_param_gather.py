@@ -154,3 +154,47 @@ def test_cli_prices_the_recipe_file_as_it_runs(tmp_path, capsys):
                  "--precision", "bf16"]) == 2
     err = capsys.readouterr().err
     assert "--fp8-param-gather" in err and "precision bf16" in err and err.count("\n") == 1
+
+
+def test_cli_flags_reach_the_prediction(capsys):
+    """`predict --plan ... --grad-reduce-in-bf16 --fp8-param-gather`: the recipe's memory, as the Python API and a
+    Megatron argument file give it; the flag without FP8 is one line, exit 2."""
+    import json
+
+    from gpuadvisor import api
+    from gpuadvisor.cli import main
+
+    base = ["predict", "--model", "gpt3-1.3b", "--preset", "hgx-h100-8x", "--plan", "dp=4,tp=2,zero=1,mb=1,m=16",
+            "--seq-len", "2048", "--precision", "fp8", "--attention-kernel", "cudnn", "--kernels", "fused", "--json"]
+    mems = []
+    for extra in ([], ["--grad-reduce-in-bf16", "--fp8-param-gather"]):
+        assert main(base + extra) == 0
+        mems.append(json.loads(capsys.readouterr().out)["memory"])
+    linears = LAYERS * 12 * H * H / 2
+    # the Linears' bf16 weight copy (2 bytes each), and 2 bytes of gradient per parameter on the device (the
+    # Linears plus the embedding's TP shard, ~8 % more)
+    assert mems[0]["weights"] - mems[1]["weights"] == pytest.approx(2 * linears, rel=0.01)
+    assert mems[0]["gradients"] - mems[1]["gradients"] == pytest.approx(2 * linears, rel=0.1)
+    api_est = api.predict("gpt3-1.3b", "dp=4,tp=2,zero=1,mb=1,m=16", preset="hgx-h100-8x", seq_len=2048,
+                          precision="fp8", attention_kernel="cudnn", kernels="fused", grad_reduce_in_bf16=True,
+                          fp8_param_gather=True)
+    assert api_est.memory.weights == pytest.approx(mems[1]["weights"])
+    assert main(["predict", "--model", "gpt3-1.3b", "--preset", "hgx-h100-8x", "--plan", "dp=8,zero=1,mb=1,m=8",
+                 "--fp8-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "--fp8-param-gather" in err and "--precision fp8" in err and err.count("\n") == 1
+
+
+def test_suggest_takes_the_switches(capsys):
+    """`suggest --grad-reduce-in-bf16 --fp8-param-gather` ranks with NVIDIA's recipe settings (the workload carries
+    them into the hand-over); without FP8 on TE layers the second is one line, exit 2."""
+    from gpuadvisor import api
+    from gpuadvisor.cli import main
+
+    s = api.suggest("gpt3-1.3b", preset="hgx-h100-8x", seq_len=2048, precision="fp8", attention_kernel="cudnn",
+                    kernels="fused", grad_reduce_in_bf16=True, fp8_param_gather=True, top=3)
+    assert s.workload.training.grad_reduce_in_bf16 and s.workload.training.fp8_param_gather and s.ranking.top
+    assert main(["suggest", "--model", "gpt3-1.3b", "--preset", "hgx-h100-8x", "--precision", "fp8",
+                 "--fp8-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "--attention-kernel cudnn" in err and err.count("\n") == 1

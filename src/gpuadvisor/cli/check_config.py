@@ -45,12 +45,13 @@ def first_change(mine, est, ranked) -> Optional[tuple[Estimate, dict]]:
 
 
 def _with_fp8_params(wl):
-    """The workload with the file's --fp8-param-gather (TrainingSettings.fp8_param_gather), where --precision and
-    --attention-kernel left it FP8 on Transformer Engine's layers (validated: a one-line error otherwise)."""
+    """The workload with --fp8-param-gather (the file's or the command line's: TrainingSettings.fp8_param_gather),
+    where --precision and --attention-kernel left it FP8 on Transformer Engine's layers (validated: a one-line error
+    otherwise)."""
     try:
         t = type(wl.training).model_validate({**wl.training.model_dump(), "fp8_param_gather": True})
     except ValueError as exc:
-        raise UserError(f"the file's --fp8-param-gather: {validation_message(exc)}") from None
+        raise UserError(f"--fp8-param-gather: {validation_message(exc)}") from None
     return wl.model_copy(update={"training": t})
 
 
@@ -165,9 +166,10 @@ def run_check(args: argparse.Namespace, cluster) -> int:
                            finetune=finetune,
                            attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash",
                            kernels=getattr(args, "kernels", None) or rb.kernels or "eager")
-    if rb.grad_reduce_in_bf16:
+    # the file's Megatron switches, or the command line's (--grad-reduce-in-bf16, --fp8-param-gather)
+    if rb.grad_reduce_in_bf16 or getattr(args, "grad_reduce_in_bf16", None):
         wl = wl.model_copy(update={"training": wl.training.model_copy(update={"grad_reduce_in_bf16": True})})
-    if rb.fp8_param_gather:
+    if rb.fp8_param_gather or getattr(args, "fp8_param_gather", None):
         wl = _with_fp8_params(wl)
     est = api.predict(wl, plan, cluster=cluster)
     ranked = api.suggest(wl, cluster=cluster, top=50).ranking.top

@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token-budget", type=number(0, MAX_TOKEN_BUDGET), default=None,
                    help="tokens to train (time and bytes per run)")
     p.add_argument("--what-if", default=None, help="e.g. nic=10gbe, gpus=2x4, link=nvlink")
-    from .suggest_cmd import add_finetune_args
+    from .suggest_cmd import add_finetune_args, add_megatron_args
 
+    add_megatron_args(p)
     add_finetune_args(p)
     p.add_argument("--json", action="store_true", help="print the Estimate as JSON")
     p.set_defaults(func=run)
@@ -106,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         settings["kernels"] = args.kernels
     if args.token_budget:
         settings["token_budget"] = args.token_budget
+    from .suggest_cmd import megatron_settings
+
+    settings.update(megatron_settings(args))
     from ..costmodel.combine import estimate
 
     wl = api.make_workload(args.model, finetune=finetune, **settings)

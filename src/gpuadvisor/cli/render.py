@@ -78,6 +78,10 @@ def describe_workload(w: Workload) -> str:
                   ", fused kernels, chunked linear cross-entropy" if t.kernels == "liger" else
                   ", compiled layers, eager loss" if t.kernels == "fused-layers" else
                   ", Hugging Face eager modules" if t.kernels == "hf" else "")
+        # Megatron's switches (--grad-reduce-in-bf16, --fp8-param-gather), said when asked for
+        kernel += "".join(s for on, s in ((t.grad_reduce_in_bf16, ", bf16 gradients on Megatron"),
+                                          (t.fp8_param_gather, ", FP8 weights on Megatron's distributed optimizer"))
+                          if on)
         return (f"{m.name} ({params} params, {m.n_layers} layers, h={m.d_model}), seq {t.seq_len}, "
                 f"global batch {t.global_batch}, {t.precision}{kernel}")
     return f"{m.name} ({params} params), global batch {t.global_batch}, {t.precision}"

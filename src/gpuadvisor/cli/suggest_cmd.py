@@ -34,6 +34,23 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="fp8: FP8 Linears (Transformer Engine / torchao float8) on Ada, Hopper or Blackwell")
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash", help=ATTENTION_HELP)
     p.add_argument("--kernels", choices=KERNELS, default="eager", help=KERNELS_HELP)
+    add_megatron_args(p)
+
+
+def add_megatron_args(p: argparse.ArgumentParser) -> None:
+    """Megatron's gradient and FP8-weight switches, shared by suggest and predict (docs/cost-model.md)."""
+    g = p.add_argument_group("Megatron settings (plans that run as Megatron and its megatron_args.txt)")
+    g.add_argument("--grad-reduce-in-bf16", action="store_true", default=None,
+                   help="keep and reduce gradients in bf16, as NVIDIA's recipes do, instead of Megatron's fp32 "
+                        "gradient buffer (2 bytes per parameter less)")
+    g.add_argument("--fp8-param-gather", action="store_true", default=None,
+                   help="with --precision fp8 --attention-kernel cudnn: keep the Linears' weights in FP8 only and "
+                        "all-gather them in FP8 on Megatron's distributed optimizer, as NVIDIA's FP8 recipes do")
+
+
+def megatron_settings(args: argparse.Namespace) -> dict:
+    """The Megatron switches given on the command line, as training-settings keywords."""
+    return {k: True for k in ("grad_reduce_in_bf16", "fp8_param_gather") if getattr(args, k, None)}
 
 
 def add_finetune_args(p: argparse.ArgumentParser) -> None:
@@ -111,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     finetune = finetune_from_args(args)
     common = dict(cluster=args.cluster, preset=args.preset, cpu_ranks=args.cpu_ranks, seq_len=args.seq_len,
                   global_batch=args.global_batch, precision=args.precision, attention_kernel=args.attention_kernel,
-                  kernels=args.kernels)
+                  kernels=args.kernels, **megatron_settings(args))
     if args.confirm:  # before ranking: the bundled trainers cannot measure FP8 nor cuDNN attention
         from ..trials.hostcheck import refuse_unmeasurable
 

@@ -235,12 +235,12 @@ class TrainingSettings(Frozen):
             raise ValueError(f"global batch {self.global_batch} is above the supported {MAX_GLOBAL_BATCH}; "
                              "give sequences per optimizer step")
         if self.fp8_param_gather and self.precision != "fp8":
-            raise ValueError(f"fp8_param_gather keeps FP8 weights, which precision {self.precision} does not train; "
-                             "use precision fp8 or drop fp8_param_gather")
+            raise ValueError(f"fp8_param_gather (--fp8-param-gather) keeps FP8 weights, which precision "
+                             f"{self.precision} does not train; use precision fp8 (--precision fp8) or drop it")
         if self.fp8_param_gather and self.attention_kernel != "cudnn":
-            raise ValueError("fp8_param_gather is Megatron's (Transformer Engine's FP8 weights); use attention_kernel "
-                             f"cudnn (Megatron-Core/NeMo layers) instead of {self.attention_kernel}, or drop "
-                             "fp8_param_gather")
+            raise ValueError("fp8_param_gather (--fp8-param-gather) keeps Transformer Engine's FP8 weights; use "
+                             "attention_kernel cudnn (--attention-kernel cudnn: Megatron-Core/NeMo layers) instead of "
+                             f"{self.attention_kernel}, or drop it")
         tb = self.token_budget
         if tb is not None and not (math.isfinite(tb) and 0 < tb <= MAX_TOKEN_BUDGET):
             raise ValueError(f"token budget must be a positive finite number of tokens up to {MAX_TOKEN_BUDGET:g}, "

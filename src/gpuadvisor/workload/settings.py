@@ -27,7 +27,8 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
                       tokens_per_step: Optional[int] = None, precision: str = "bf16", *,
                       attention_kernel: str = "flash", kernels: str = "eager",
                       optimizer: str = "adamw", allow_recompute: bool = True, allow_batch_change: bool = False,
-                      token_budget: Optional[float] = None, model: Optional[ModelSpec] = None,
+                      token_budget: Optional[float] = None, grad_reduce_in_bf16: bool = False,
+                      fp8_param_gather: bool = False, model: Optional[ModelSpec] = None,
                       default_seq_len: Optional[int] = None,
                       default_global_batch: Optional[int] = None) -> TrainingSettings:
     """Validated TrainingSettings.
@@ -78,7 +79,8 @@ def training_settings(seq_len: Optional[int] = None, global_batch: Optional[int]
         return TrainingSettings(seq_len=seq_len, global_batch=global_batch, precision=precision,
                                 attention_kernel=attention_kernel, kernels=kernels, optimizer=optimizer,
                                 allow_recompute=allow_recompute, allow_batch_change=allow_batch_change,
-                                token_budget=token_budget)
+                                token_budget=token_budget, grad_reduce_in_bf16=grad_reduce_in_bf16,
+                                fp8_param_gather=fp8_param_gather)
     except ValueError as exc:
         raise UserError(f"training settings: {validation_message(exc)}") from None
 
@@ -114,7 +116,7 @@ def workload_and_default(model: Union[str, ModelSpec], *, finetune: Union[FineTu
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(sorted(unknown))}; known: seq_len, global_batch, "
                         "tokens_per_step, precision, attention_kernel, kernels, optimizer, allow_recompute, "
-                        "allow_batch_change, token_budget")
+                        "allow_batch_change, token_budget, grad_reduce_in_bf16, fp8_param_gather")
     if preset is not None:
         settings.setdefault("default_seq_len", preset.default_seq_len)
         if preset.default_precision and "precision" not in settings:
