@@ -266,3 +266,30 @@ def test_launch_line_is_one_torchrun_per_node_with_the_rendezvous(tmp_path):
     assert argv[argv.index("--nproc-per-node") + 1] == "4" and argv[argv.index("--nnodes") + 1] == "2"
     assert argv[argv.index("-m") + 1:] == ["torchtitan.train", "--job.config_file", "torchtitan.toml",
                                            "--training.steps", "20", "--job.dump_folder", "runs/gpuadvisor"]
+
+
+def test_accelerate_megatron_plugin_runs_cp2_unless_told(tmp_path, monkeypatch):
+    """Accelerate's MegatronLMPlugin defaults context_parallel_size to 2 when the YAML has no
+    megatron_lm_context_parallel_size (checked against the installed accelerate, whose plugin reads the launcher's
+    environment variable with that default); the read-back prices it so and says how to turn it off, and a world the
+    default does not divide is one line naming the key."""
+    import os
+
+    from accelerate.utils import MegatronLMPlugin
+
+    for key in [k for k in os.environ if k.startswith("MEGATRON_LM_")]:
+        monkeypatch.delenv(key)
+    assert MegatronLMPlugin().context_parallel_size == 2
+    base = "distributed_type: MEGATRON_LM\nnum_processes: 8\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
+    (tmp_path / "a.yaml").write_text(base)
+    rb = read_config(tmp_path / "a.yaml", world=8, global_batch=8)
+    got = parse_plan(rb.spec(), nodes=1, devices_per_node=8)
+    assert (got.dp, got.tp, got.cp) == (2, 2, 2)
+    assert any("megatron_lm_context_parallel_size: 1" in n for n in rb.notes)
+    (tmp_path / "b.yaml").write_text(base + "  megatron_lm_context_parallel_size: 1\n")
+    got = parse_plan(read_config(tmp_path / "b.yaml", world=8, global_batch=8).spec(), nodes=1, devices_per_node=8)
+    assert (got.dp, got.tp, got.cp) == (4, 2, 1)
+    (tmp_path / "c.yaml").write_text(base.replace("num_processes: 8", "num_processes: 6"))
+    with pytest.raises(UserError, match="set megatron_lm_context_parallel_size: 1") as err:
+        read_config(tmp_path / "c.yaml", world=6, global_batch=6)
+    assert "\n" not in str(err.value)

@@ -172,7 +172,7 @@ def test_hand_written_hybrids_read_back(tmp_path):
     (tmp_path / "m.yaml").write_text(
         "distributed_type: MEGATRON_LM\nnum_processes: 8\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
         "  megatron_lm_pp_degree: 2\n  megatron_lm_num_micro_batches: 4\n"
-        "  megatron_lm_use_distributed_optimizer: true\n")
+        "  megatron_lm_use_distributed_optimizer: true\n  megatron_lm_context_parallel_size: 1\n")
     rb = read_config(tmp_path / "m.yaml", world=8, global_batch=8)
     got = parse_plan(rb.spec(), nodes=2, devices_per_node=4)
     assert (got.dp, got.tp, got.pp, got.zero_stage, got.num_micro_batches) == (2, 2, 2, 1, 4)

@@ -513,10 +513,11 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         elif kind == "MEGATRON_LM":
             mc = data.get("megatron_lm_config") or {}
             tp, pp = int(mc.get("megatron_lm_tp_degree", 1)), int(mc.get("megatron_lm_pp_degree", 1))
-            cp = 1
             if "megatron_lm_context_parallel_size" in mc:  # Megatron's --context-parallel-size through accelerate
                 cp = _cp_degree(where, "megatron_lm_context_parallel_size", mc["megatron_lm_context_parallel_size"],
                                 world=world, others=tp * pp, names="tp x pp")
+            else:
+                cp = _accelerate_megatron_default_cp(where, world, tp * pp, rb)
             plan.update(dp=world // (tp * pp * cp), tp=tp, pp=pp, m=int(mc.get("megatron_lm_num_micro_batches", 1)))
             if cp > 1:
                 plan["cp"] = cp
@@ -953,6 +954,28 @@ def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
         rb.notes.append(f"--fp8-recipe {recipe} is not the per-tensor scaling the cost model prices: predicted as "
                         "per-tensor FP8 (its extra scale traffic and slower GEMMs are not priced)")
     rb.precision = "fp8"
+
+
+#: Accelerate's Megatron-LM plugin runs context parallelism 2 unless told otherwise: MegatronLMPlugin.__post_init__
+#: reads `context_parallel_size = int(os.environ.get(prefix + "CONTEXT_PARALLEL_SIZE", 2))` and passes it to Megatron
+#: (accelerate 1.15 utils/dataclasses.py), and `accelerate launch` sets that variable only from the YAML's
+#: megatron_lm_context_parallel_size (utils/launch.py)
+ACCELERATE_MEGATRON_DEFAULT_CP = 2
+
+
+def _accelerate_megatron_default_cp(where: str, world: int, others: int, rb: ReadBack) -> int:
+    """The context-parallel degree of an Accelerate MEGATRON_LM YAML without megatron_lm_context_parallel_size: the
+    plugin's default (ACCELERATE_MEGATRON_DEFAULT_CP), said in a note; a world it does not divide is a one-line error
+    (Megatron would refuse it at start-up)."""
+    cp = ACCELERATE_MEGATRON_DEFAULT_CP
+    if world % (others * cp):
+        raise UserError(f"{where}: no megatron_lm_context_parallel_size, so Accelerate's Megatron-LM plugin runs its "
+                        f"default context parallelism {cp}, which beside tp x pp = {others} does not divide the world "
+                        f"size {world}; set megatron_lm_context_parallel_size: 1 under megatron_lm_config")
+    rb.notes.append(f"no megatron_lm_context_parallel_size: Accelerate's Megatron-LM plugin defaults it to {cp} "
+                    f"(context parallelism {cp}), predicted so; set megatron_lm_context_parallel_size: 1 to run "
+                    "without")
+    return cp
 
 
 def _megatron_fp8_params(switches: set[str], rb: ReadBack, where: str) -> None:
