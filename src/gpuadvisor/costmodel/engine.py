@@ -321,7 +321,12 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     # DeepSpeed ZeRO-3 keeps its last gathers into the backward and its replayed gathers for the layer's backward
     # (_ds_reuse): held in memory, not sent again
     kept, replay = _ds_reuse(ctx, tp, e_shard, layers, rc, fsdp, reach)
-    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg, meg & ~ds_named)
+    # Megatron's rows that sync in place on its own buffers, the Linears' parameters on a device (Transformer
+    # Engine's FP8 copies) and the rows that keep those weights in FP8 only (_fp8_primary)
+    in_place = meg & ~ds_named
+    lin = _linear_params(ctx, layers, tp, st) if ctx.transformer else np.zeros(len(a))
+    f8p = _fp8_primary(ctx, zero, in_place)
+    mem = _memory(ctx, a, layers, st, agb, edp, e_shard, fsdp, kept, meg, in_place, lin, f8p)
     b.parts = mem
     total = mem["weights"] + mem["gradients"] + mem["optimizer"] + mem["activations"] + mem["logits"] \
         + mem["comm_buffers"] + mem["framework"]
@@ -412,7 +417,7 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     # ZeRO-1 beside TP/PP runs as a distributed optimizer unless the plan names DeepSpeed's (`ds_named`)
     dist_opt = ((tp > 1) | (pp > 1) | (a[:, _CP] > 1) | meg) & ~ds_named
     # Megatron's FP8 primary weights all-gather their Linears in FP8 (_fp8_primary)
-    fp8_lin = np.where(_fp8_primary(ctx, zero, meg & ~ds_named), _linear_params(ctx, layers, tp, st), 0.0)
+    fp8_lin = np.where(f8p, lin, 0.0)
     exposed, dp_sent, offload, opt, host_bytes = _data_parallel(ctx, g_dp, dp, m, zero, off, offp, zrb, bucket_mb, hook,
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg,
@@ -628,11 +633,12 @@ def _fp8_primary(ctx: Context, zero: np.ndarray, in_place: np.ndarray) -> np.nda
 
 
 def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, kept, meg,
-            in_place) -> dict[str, np.ndarray]:
+            in_place, lin, f8p) -> dict[str, np.ndarray]:
     """Memory parts of the most loaded device (stage 0 or the last stage) and host RAM per rank; `kept`: the layers
     DeepSpeed ZeRO-3 still holds gathered when the backward starts (_ds_reuse); `meg`: the rows that run as
     Megatron (_megatron_rows), whose gradients are `Context.megatron_grad_bytes` each; `in_place`: those of them
-    that sync in place on Megatron's buffers (not under DeepSpeed's ZeRO), so hold no bucket copies."""
+    that sync in place on Megatron's buffers (not under DeepSpeed's ZeRO), so hold no bucket copies; `lin`: the
+    Linears' parameters on the device (_linear_params); `f8p`: rows keeping those in FP8 only (_fp8_primary)."""
     dp, tp, pp, zero, off, mb, m, sched, v, rc, sp = a.T[:11]
     hpz, zrb, bucket_mb = a.T[15], a.T[14], a.T[12]
     offp = (off >= 2) & (zero >= 3)  # candidates.OFFLOADS: the parameters in host RAM too
@@ -661,10 +667,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
         logits = np.zeros_like(mb)
     # Transformer Engine's cached FP8 weight copies (calibration fp8.te_weight_cache_bytes_per_param): the layers'
     # Linears on this device; Megatron's output layer is not a TE module and stays bf16
-    lin = _linear_params(ctx, layers, tp, st) if ctx.transformer else np.zeros_like(mb)
     cache = ctx.te_fp8_cache_bytes * lin
-    # ... which are the Linears' only weights under Megatron's --fp8-param-gather (_fp8_primary): no 16-bit copy
-    cache = np.where(_fp8_primary(ctx, zero, in_place), cache - ctx.weight_bytes * lin, cache)
+    # ... which are the Linears' only weights under Megatron's --fp8-param-gather (`f8p`): no 16-bit copy
+    cache = np.where(f8p, cache - ctx.weight_bytes * lin, cache)
     # unsharded gradients under torch.autocast are fp32 (the parameters are): DDP and the distributed optimizer
     # of the bundled trainers; DeepSpeed's bf16 ZeRO-1 keeps bf16 module gradients, Megatron with bf16 an fp32 grad
     # buffer (Context.megatron_grad_bytes)

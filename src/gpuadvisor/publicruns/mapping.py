@@ -769,11 +769,11 @@ def to_inputs(run: PublicRun, approximate: Collection[str] = ()) -> RunInputs:
     elif kernel == "eager":
         notes.append("attention: Megatron's unfused core (Megatron-DeepSpeed without --use-flash-attn)")
     nemo_fp8 = precision == "fp8" and bool(NEMO_PERF_SCRIPTS.search(run.framework))
-    bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework)) or nemo_fp8
+    bf16_reduce = bool(BF16_REDUCE_RECIPES.search(run.framework)) or nemo_fp8  # every NVIDIA recipe row
     if bf16_reduce:
         notes.append("gradients reduced in bf16 (NVIDIA's performance recipes: grad_reduce_in_fp32 = False)")
-    fp8_params = (kernel == "cudnn" and precision == "fp8" and bool(PER_TENSOR_FP8.match(run.precision))
-                  and (nemo_fp8 or bool(BF16_REDUCE_RECIPES.search(run.framework))))
+    fp8_params = (bf16_reduce and kernel == "cudnn" and precision == "fp8"
+                  and bool(PER_TENSOR_FP8.match(run.precision)))
     if fp8_params:
         notes.append("FP8 weights (the recipe's fp8_param_gather = True: --fp8-param-gather)")
     training = TrainingSettings(seq_len=run.seq_len, global_batch=run.global_batch, precision=precision,
