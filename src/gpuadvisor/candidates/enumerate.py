@@ -6,7 +6,8 @@ pipeline schedules, DDP/ZeRO bucket sizes, comm hooks (opt-in: they change numer
 and sequence parallelism, expert parallelism for MoE models. Every yielded plan passes `check_plan_for`.
 TP communication overlap (Plan.tp_comm_overlap: Megatron's --tp-comm-overlap, torchtitan's async TP) is not
 enumerated: it needs Transformer Engine or torch.compile with symmetric memory, which neither DeepSpeed nor the
-bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it.
+bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it. Megatron's expert
+all-to-all overlap (Plan.ep_overlap) likewise: `predict --plan ...,ep_overlap=true` and read-back.
 
 Bounded by design: the work grows with the number of distinct shapes, never with the device count or the
 batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·C·M·K with
@@ -126,7 +127,7 @@ OFFLOADS = (None, "optimizer", "optimizer+params")
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
            "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
-           "zero_impl", "recompute_attention", "cp", "global_batch")
+           "zero_impl", "recompute_attention", "cp", "ep_overlap", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -137,7 +138,7 @@ def row_plan(row: Sequence) -> Plan:
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "cp"):
         f[k] = int(f[k])
     f.update(Plan.offload_fields(int(f["zero_offload"]), f["zero_stage"]))  # the column is Plan.offload_code
-    for k in ("sequence_parallel", "tp_comm_overlap"):
+    for k in ("sequence_parallel", "tp_comm_overlap", "ep_overlap"):
         f[k] = bool(f[k])
     # the column is the core's recompute mode (CORE_RECOMPUTE): none, the attention core's, op-level
     mode = CORE_RECOMPUTE[int(f["recompute_attention"])]
@@ -221,7 +222,7 @@ class _Blocks:
         for template, lead in zip(self.chunks, self.leads):
             nodes, gpn, ep, overlap, gb, cp = self.meta[template]
             out.extend([lead + (sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes, gpn, ep, bool(overlap), impl,
-                                ra, cp, gb)
+                                ra, cp, False, gb)
                         for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in self.tails[template]])
         return out
 
@@ -243,7 +244,7 @@ class _Blocks:
         out[:, 16:20] = meta[:, :4]
         out[:, 20:22] = tails[:, 9:11]
         out[:, 22] = meta[:, 5]
-        out[:, 23] = meta[:, 4]
+        out[:, 24] = meta[:, 4]  # column 23 (ep_overlap) stays 0: never enumerated (module docstring)
         return out
 
 

@@ -50,7 +50,7 @@ def plan_row(p: Plan) -> tuple:
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
             ZERO_IMPLS.index(p.zero_impl),
             CORE_RECOMPUTE.index("attention" if p.recompute_attention else "ops" if p.recompute_ops else None),
-            p.cp, p.global_batch())
+            p.cp, int(p.ep_overlap), p.global_batch())
 
 
 class Eval:
@@ -265,6 +265,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
 
 _CP, _BATCH = COLUMNS.index("cp"), COLUMNS.index("global_batch")
+_EPO = COLUMNS.index("ep_overlap")
 
 
 def _merge(n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
@@ -379,6 +380,10 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
 
     # ---- expert parallelism: token all-to-alls on the critical path (_expert_alltoall) ----
     t_ep, ep_sent, ep_kind, ep_nic = _expert_alltoall(ctx, a, layers, tokens, rc)
+    # ... of which Megatron's combined 1F1B (Plan.ep_overlap) hides what the paired micro-batch's compute covers
+    epo = a[:, _EPO] > 0
+    if epo.any():
+        t_ep = np.where(epo, _expert_overlap(ctx, t_ep, layers * t_layer, ep_kind, pp, v, m), t_ep)
 
     # ---- ZeRO-3 / FSDP: per-layer parameter gathers that prefetch hides only behind that layer's compute ----
     # (on DeepSpeed a model above its live-parameter cap is gathered Linear by Linear: Context.ds_gathers)
@@ -531,6 +536,28 @@ def _expert_alltoall(ctx: Context, a: np.ndarray, layers, tokens, rc):
             np.where(on & (span > 1), count * off_node * gpn, 0.0))
 
 
+def _expert_overlap(ctx: Context, t_ep, window, kind, pp, v, m) -> np.ndarray:
+    """Exposed seconds per micro-batch of the expert all-to-alls (`t_ep`, _expert_alltoall) under Megatron-Core's
+    combined 1F1B schedule (Plan.ep_overlap: --overlap-moe-expert-parallel-comm --delay-wgrad-compute).
+
+    The schedule pairs one micro-batch's forward with another's backward, layer by layer, and runs each one's
+    all-to-alls on a communication stream beside the other's compute (Megatron-Core combined_1f1b: the attention
+    forward beside the combine's backward, the MLP's backward and forward beside the dispatches, the attention
+    backward beside the forward combine). A pair hides up to its compute (`window`: one micro-batch's layers on this
+    stage, forward and backward), the hidden part costing the link kind's contention as other overlapped collectives
+    do (calibration overlap.contention_by_link). Unpaired passes keep their all-to-alls exposed: with pp = 1 the
+    first forward and the last backward (1 of m micro-batches' worth); interleaved, the warm-up forwards on the
+    first stage, (pp−1)·2 + (v−1)·pp + 1 chunks (Megatron schedules.py, one more under the overlap), and as many
+    cool-down backwards, of m·v chunks.
+    """
+    warm = np.where(pp > 1, (pp - 1) * 2.0 + (v - 1) * pp + 1.0, 1.0)
+    unpaired = np.minimum(1.0, warm / (m * v))
+    table = {k: ctx.contention_by.get(k, ctx.contention) for k in set(kind.tolist())}
+    cont = np.array([table[k] for k in kind.tolist()], dtype=float)
+    hidden = np.minimum(t_ep, window)
+    return unpaired * t_ep + (1.0 - unpaired) * (t_ep - hidden + cont * hidden)
+
+
 def _stage_params(ctx: Context, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(layers per stage, first-stage params, last-stage params): embedding first, LM head last."""
     if not ctx.transformer:
@@ -658,6 +685,12 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
         # interleaved p·(1 + (p−1)/(p·v)) layer-chunks' worth (memory.inflight_microbatches)
         inflight = np.where(pp == 1, 1.0, np.where(sched == 1, m, np.where(
             sched == 2, np.minimum(m, pp * (1.0 + (pp - 1) / (pp * v))), np.minimum(pp, m))))
+        # Megatron's combined 1F1B (Plan.ep_overlap) starts a micro-batch's forward before its partner's backward
+        # frees anything: one more layer with pp = 1, one more warm-up chunk (layers / v) when interleaved
+        # (schedules.py get_pp_rank_microbatches: num_warmup_microbatches + 1 under overlap_moe_expert_parallel_comm)
+        epo = a[:, _EPO] > 0
+        if epo.any():
+            inflight = inflight + epo * np.where(pp == 1, 1.0 / np.maximum(layers, 1.0), 1.0 / v)
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
         logits = (chunked_loss_bytes(ctx.s, mb, ctx.V, ctx.h, ctx.act_bytes, ctx.weight_bytes, tp)

@@ -183,6 +183,11 @@ def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_no
             env.append(EnvVar(name="CUDA_DEVICE_MAX_CONNECTIONS", value="1",
                               reason="tensor parallel with sequence parallel: one hardware queue keeps the "
                                      "communication kernels ordered before compute (Megatron-LM requirement)"))
+        elif plan.ep_overlap and plan.tp == 1:  # (Plan: no context parallelism beside expert parallelism)
+            env.append(EnvVar(name="CUDA_DEVICE_MAX_CONNECTIONS", value="32",
+                              reason="expert all-to-all overlap: the communication stream runs beside the paired "
+                                     "micro-batch's compute on its own hardware queues (Megatron-LM's MoE examples "
+                                     "set 32 with --overlap-moe-expert-parallel-comm)"))
     elif runs_on_deepspeed(plan):
         env.append(EnvVar(name="DS_ACCELERATOR", value="cpu",
                           reason="CPU ranks: DeepSpeed must use its CPU accelerator (gloo)"))

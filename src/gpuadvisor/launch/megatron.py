@@ -123,6 +123,11 @@ def megatron_args(plan: Plan, workload: Workload, *, steps: int) -> list[str]:
               "--expert-tensor-parallel-size", str(1 if plan.ep > 1 else plan.tp)]
         if m.shared_expert_d_ff:
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_d_ff)]
+        if plan.ep_overlap:
+            # the combined 1F1B schedule hides the all-to-alls behind the paired micro-batch's compute; delaying the
+            # weight gradients gives the backward's all-to-alls more to hide behind (Megatron-Core MoE README,
+            # "--overlap-moe-expert-parallel-comm --delay-wgrad-compute")
+            a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if plan.pp_virtual_stages > 1:
@@ -190,6 +195,12 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
         lines.append(f"# CP: --context-parallel-size {plan.cp} splits each sequence over {plan.cp} ranks (ring "
                      "attention, --cp-comm-type p2p); gradients reduced" + (" and sharded" if plan.zero_stage else "")
                      + f" over dp x cp = {plan.gradient_ranks} ranks")
+    if plan.ep_overlap:
+        lines.append("# EP overlap (--overlap-moe-expert-parallel-comm): Megatron-Core >= 0.14, torch >= 2.6 and Transformer "
+                     "Engine (--delay-wgrad-compute; TE >= 2.8 beside --overlap-grad-reduce); "
+                     + ("CUDA_DEVICE_MAX_CONNECTIONS=32 (launch.sh)" if plan.tp == 1 else
+                        "TP wants CUDA_DEVICE_MAX_CONNECTIONS=1 on pre-Blackwell GPUs where the overlap prefers 32 "
+                        "(Megatron warns; launch.sh keeps 1 with sequence parallelism)"))
     both = "TP/CP" if plan.tp > 1 and plan.cp > 1 else "CP" if plan.cp > 1 else "TP"
     if plan.zero_stage == 3 and (plan.tp > 1 or plan.cp > 1):
         lines.append(f"# FSDP2 + {both}: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 refuses 1; Megatron warns on "

@@ -612,6 +612,8 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  "--grad-reduce-in-bf16",
                  # FP8 primary weights (Transformer Engine), all-gathered in FP8 by the sharded optimizer
                  "--fp8-param-gather",
+                 # expert all-to-alls hidden by the combined 1F1B schedule (Plan.ep_overlap)
+                 "--overlap-moe-expert-parallel-comm",
                  # Megatron-LM before 2022 and Megatron-DeepSpeed: full recompute of every layer (Megatron-LM's
                  # validate_args turned it into --recompute-granularity full --recompute-method uniform)
                  "--checkpoint-activations",
@@ -695,6 +697,11 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             rb.notes.append("--cp-comm-type: predicted as Megatron's default p2p ring over the cp ranks")
     if ep > 1:
         rb.plan["ep"] = ep
+    if "--overlap-moe-expert-parallel-comm" in switches:
+        if ep == 1:
+            raise UserError(f"{where}: --overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1 "
+                            "(Megatron-Core refuses it without expert parallelism); drop it or set the size")
+        rb.plan["ep_overlap"] = True
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
     elif "--num-layers-per-virtual-pipeline-stage" in vals:

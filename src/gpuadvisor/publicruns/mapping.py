@@ -124,6 +124,14 @@ SEQUENCE_PARALLEL_FRAMEWORKS = re.compile(r"megatron|torchtitan|nemo", re.IGNORE
 #: recipes: Qwen3 235B on H100 sets tp_comm_overlap=False (scripts/performance/configs/qwen/qwen3_llm_pretrain.py).
 NEMO_RECIPES = re.compile(r"megatron-bridge|nemo", re.IGNORECASE)
 RECIPE_TP_OVERLAP_MODELS = re.compile(r"llama[ _]?3", re.IGNORECASE)
+#: Megatron-Bridge performance recipes that hide the expert all-to-alls behind compute (Plan.ep_overlap: Megatron-Core
+#: --overlap-moe-expert-parallel-comm) without the row saying so: Qwen3 235B-A22B on H100, whose presets set
+#: moe_a2a_overlap=True with the alltoall dispatcher (QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1, the
+#: V2 presets inherit it; NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py
+#: @01b2977e). The other Qwen3 presets set it False (B200, B300, Qwen3 30B-A3B on H100), as do GPT-OSS 120B's on the
+#: GPUs these rows use; DGX GB200 rows are not mapped (GPUs per node not stated).
+RECIPE_EP_OVERLAP = re.compile(r"qwen3[ _-]?235b", re.IGNORECASE)
+RECIPE_EP_OVERLAP_GPUS = ("H100",)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and
 #: Megatron-Bridge build on it): cuDNN fused attention (TrainingSettings.attention_kernel "cudnn"). The PyTorch stacks
 #: run FlashAttention-2 / SDPA; Megatron-DeepSpeed below.
@@ -672,13 +680,19 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
         overlap = True
         notes.append("TP communication overlapped with GEMMs: the NeMo / Megatron-Bridge Llama 3 recipes' "
                      "CommOverlapConfig(tp_comm_overlap=True)")
+    ep_overlap = ((run.ep or 1) > 1 and bool(NEMO_RECIPES.search(run.framework))
+                  and bool(RECIPE_EP_OVERLAP.search(run.model_name)) and run.gpu in RECIPE_EP_OVERLAP_GPUS)
+    if ep_overlap:
+        notes.append("expert all-to-alls hidden behind compute: the Megatron-Bridge recipe's moe_a2a_overlap=True "
+                     "(--overlap-moe-expert-parallel-comm)")
     impl = zero_impl_of(run, zero)
     prefetch = {}
     if impl == "deepspeed" and zero == 3:  # the row states no stage3_prefetch_bucket_size: DeepSpeed's default
         prefetch = {"zero_allgather_bucket_size": DEEPSPEED_PREFETCH_BUCKET}
         notes.append(f"DeepSpeed's default stage3_prefetch_bucket_size ({DEEPSPEED_PREFETCH_BUCKET:,} elements)")
     try:
-        return Plan(dp=dp, tp=tp, pp=pp, cp=run.cp or 1, ep=run.ep or 1, tp_comm_overlap=overlap, zero_stage=zero,
+        return Plan(dp=dp, tp=tp, pp=pp, cp=run.cp or 1, ep=run.ep or 1, tp_comm_overlap=overlap,
+                    ep_overlap=ep_overlap, zero_stage=zero,
                     **Plan.offload_fields(offload, zero), micro_batch_size=mb, num_micro_batches=m,
                     pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else

@@ -54,6 +54,11 @@ class Plan(Frozen):
     ep: int = Field(1, ge=1, description="Expert-parallel degree (MoE): each rank holds 1/ep of the routed experts; "
                                          "the ep ranks are drawn from a stage's tp*dp ranks (Megatron-Core's MoE "
                                          "parallel folding, expert tensor parallelism 1)")
+    ep_overlap: bool = Field(False, description="Hide expert parallelism's token all-to-alls behind another "
+                             "micro-batch's compute (Megatron-Core --overlap-moe-expert-parallel-comm with "
+                             "--delay-wgrad-compute: the combined 1F1B schedule pairs one micro-batch's forward with "
+                             "another's backward, layer by layer). Needs ep > 1, a distributed optimizer or DDP "
+                             "(zero_stage <= 1), no full recompute, and the interleaved schedule when pp > 1")
     zero_stage: int = Field(0, ge=0, le=3, description="0 = plain DDP; 1/2/3 = DeepSpeed ZeRO stage")
     zero_offload: bool = Field(False, description="ZeRO-Offload: the optimizer states (and fp32 gradient partition) "
                                "in host RAM, Adam on the CPU; at stage 3 the parameters too unless "
@@ -198,6 +203,21 @@ class Plan(Frozen):
         if self.tp_comm_overlap and not self.sequence_parallel:
             raise ValueError("tp_comm_overlap needs sequence_parallel (Megatron's --tp-comm-overlap and torchtitan's "
                              "async TP split the sequence-parallel all-gathers and reduce-scatters)")
+        if self.ep_overlap:
+            # Megatron-Core validate_args for --overlap-moe-expert-parallel-comm: expert parallelism, no full
+            # recompute, and with pipeline parallelism the virtual-pipeline (interleaved) schedule; it runs Megatron's
+            # DDP or distributed optimizer (FSDP2 and DeepSpeed have no combined 1F1B schedule)
+            if self.ep == 1:
+                raise ValueError("ep_overlap hides expert parallelism's all-to-alls and needs ep > 1; drop ep_overlap")
+            if self.recompute:
+                raise ValueError("ep_overlap does not run with full recompute (Megatron refuses "
+                                 "--overlap-moe-expert-parallel-comm with --recompute-granularity full): drop one")
+            if self.pp > 1 and self.pp_schedule != "interleaved":
+                raise ValueError("ep_overlap with pp > 1 needs the interleaved schedule (Megatron pairs virtual "
+                                 "stages): set schedule=interleaved and pp_virtual_stages >= 2, or drop ep_overlap")
+            if self.zero_stage > 1 or self.zero_impl == "deepspeed":
+                raise ValueError("ep_overlap is Megatron-Core's schedule: use zero=0 (DDP) or zero=1 (its distributed "
+                                 "optimizer), not ZeRO-2/3 or DeepSpeed")
         if self.comm_hook != "none" and (self.zero_stage or self.dp == 1):
             raise ValueError("DDP comm hooks apply to plain data parallelism (dp > 1, zero_stage = 0)")
         if self.zero_hpz_partition_size > 1:
@@ -442,6 +462,9 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
             raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1")
         if m.n_experts % plan.ep:
             raise ValueError(f"ep={plan.ep} does not divide the {m.n_experts} routed experts of '{m.name}'")
+    if plan.ep_overlap and t.precision == "fp32":
+        raise ValueError("ep_overlap needs 16-bit training (Megatron-Core asserts bf16 or fp16 for "
+                         "--overlap-moe-expert-parallel-comm): use --precision bf16, or drop ep_overlap")
     if plan.cp > 1:
         if m.kind != "transformer":
             raise ValueError(f"cp={plan.cp} splits sequences; model '{m.name}' is generic (params + FLOPs): use cp=1")
