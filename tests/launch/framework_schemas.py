@@ -63,6 +63,8 @@ MEGATRON_FLAGS: dict[str, tuple] = {
     "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
     "--tp-comm-overlap": (None, None), "--context-parallel-size": (int, None),
+    # the expert all-to-all overlap (_add_moe_args / _add_training_args, Megatron-Core 0.14 and later)
+    "--overlap-moe-expert-parallel-comm": (None, None), "--delay-wgrad-compute": (None, None),
     # Transformer Engine FP8 (_add_transformer_engine_args)
     "--transformer-impl": (str, ("local", "transformer_engine")), "--fp8-format": (str, ("e4m3", "hybrid")),
     "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
@@ -110,3 +112,19 @@ def megatron_validate(args, world: int, env: dict) -> None:
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS > 1"
     if args.optimizer_cpu_offload:
         assert args.use_precision_aware_optimizer, "optimizer cpu offload needs --use-precision-aware-optimizer"
+    if args.overlap_moe_expert_parallel_comm:
+        # TransformerConfig.__post_init__ (megatron/core/transformer/transformer_config.py)
+        if args.pipeline_model_parallel_size > 1:
+            assert args.num_layers_per_virtual_pipeline_stage is not None, (
+                "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+                "pipeline_model_parallel_size > 1")
+        assert (args.expert_model_parallel_size or 1) > 1, (
+            "overlap_moe_expert_parallel_comm is only supported with expert model parallelism")
+        assert args.moe_token_dispatcher_type in ("alltoall", "flex"), (
+            "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher")
+        assert args.recompute_granularity != "full", (
+            "disable full recomputation when enabling overlap_moe_expert_parallel_comm")
+        assert args.bf16 or args.fp16, "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 models"
+    if args.delay_wgrad_compute:
+        assert (args.transformer_impl or "transformer_engine") == "transformer_engine", (
+            "Delaying wgrad compute is only supported with transformer_engine implementation")

@@ -285,3 +285,28 @@ def test_accelerate_yaml_names_the_ddp_kwargs_the_prediction_assumes(tmp_path, s
 def test_accelerate_yaml_names_no_ddp_kwargs_beside_zero(tmp_path):
     out, _ = _emitted(tmp_path, "dp=8,zero=2,mb=2,m=1")
     assert "DistributedDataParallelKwargs" not in (out / "accelerate.yaml").read_text()
+
+
+@pytest.mark.parametrize("plan_text", ["dp=16,zero=1,ep=16,ep_overlap=true,mb=1,m=4",
+                                       "dp=8,pp=2,zero=1,ep=8,ep_overlap=true,mb=1,m=4,schedule=interleaved,"
+                                       "pp_virtual_stages=2"])
+def test_megatron_expert_overlap_passes_megatrons_checks(plan_text):
+    """ep_overlap's flags parse with Megatron's argument types and pass the TransformerConfig checks Megatron runs
+    for --overlap-moe-expert-parallel-comm (expert parallelism, alltoall dispatcher, no full recompute, virtual
+    stages under PP, 16-bit), with launch.sh's CUDA_DEVICE_MAX_CONNECTIONS."""
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.launch.environment import common_env
+    from gpuadvisor.launch.megatron import megatron_args
+    from gpuadvisor.workload.specs import make_workload
+
+    plan = parse_plan(plan_text, nodes=2, devices_per_node=8)
+    wl = make_workload("qwen3-30b-a3b", global_batch=plan.global_batch(), seq_len=1024)
+    args = megatron_parser().parse_args(megatron_args(plan, wl, steps=5))
+    assert args.overlap_moe_expert_parallel_comm and args.delay_wgrad_compute
+    cluster = load_preset("hgx-h100-8x-8nodes-ib-ndr")
+    env = {e.name: e.value for e in common_env(plan, cluster.nodes[:2], [n.devices for n in cluster.nodes[:2]],
+                                               True, cluster)}
+    megatron_validate(args, world=16, env=env)
+    with pytest.raises(AssertionError, match="full recomputation"):
+        megatron_validate(megatron_parser().parse_args(megatron_args(plan, wl, steps=5)
+                                                       + ["--recompute-granularity", "full"]), world=16, env=env)

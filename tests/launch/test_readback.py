@@ -376,3 +376,45 @@ def test_a_stage3_json_without_a_prefetch_bucket_runs_deepspeeds_default(tmp_pat
     cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}
     (tmp_path / "ds.json").write_text(json.dumps(cfg))
     assert read_config(tmp_path / "ds.json", world=4, global_batch=8).plan.get("zero_allgather_bucket_size") == want
+
+
+@pytest.mark.parametrize("v", [2, 4, 8])
+def test_megatron_virtual_stages_read_back_from_the_layers_per_virtual_stage(v):
+    """The hand-over writes --num-layers-per-virtual-pipeline-stage (layers / (pp * v)); with --num-layers beside it
+    the read-back recovers v as Megatron's validate_args does, instead of assuming 2 chunks per rank."""
+    from gpuadvisor.launch.megatron import megatron_args
+    from gpuadvisor.launch.readback import read_megatron
+    from gpuadvisor.workload.specs import make_workload
+
+    wl = make_workload("llama-7b", global_batch=16, seq_len=2048)  # 32 layers
+    plan = parse_plan(f"dp=2,pp=2,mb=1,m=8,schedule=interleaved,pp_virtual_stages={v}", nodes=1, devices_per_node=4)
+    args = megatron_args(plan, wl, steps=10)
+    assert args[args.index("--num-layers-per-virtual-pipeline-stage") + 1] == str(32 // (2 * v))
+    rb = read_megatron(args, world=4)
+    assert rb.plan["pp_virtual_stages"] == v and rb.plan["schedule"] == "interleaved"
+    assert not any("2 chunks" in n for n in rb.notes)
+
+
+def test_megatron_virtual_stage_size_that_does_not_divide_a_stage_is_one_line():
+    from gpuadvisor.errors import UserError
+    from gpuadvisor.launch.readback import read_megatron
+
+    with pytest.raises(UserError, match="does not divide") as err:
+        read_megatron(["--num-layers", "32", "--pipeline-model-parallel-size", "2",
+                       "--num-layers-per-virtual-pipeline-stage", "5"], world=2)
+    assert "\n" not in str(err.value)
+    # without --num-layers the count is not known: 2 chunks per rank, said in a note
+    rb = read_megatron(["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "4"], world=2)
+    assert rb.plan["pp_virtual_stages"] == 2 and any("2 chunks" in n for n in rb.notes)
+
+
+def test_megatron_block_recompute_without_the_layer_count_is_a_note_not_an_error():
+    from gpuadvisor.launch.readback import read_megatron
+
+    rb = read_megatron(["--recompute-granularity", "full", "--recompute-method", "block",
+                        "--recompute-num-layers", "2"], world=2)
+    assert rb.plan["recompute"] is True and "recompute_interval" not in rb.plan
+    assert any("without --num-layers" in n for n in rb.notes)
+    with_layers = read_megatron(["--num-layers", "32", "--recompute-granularity", "full", "--recompute-method", "block",
+                                 "--recompute-num-layers", "8"], world=2)
+    assert with_layers.plan["recompute_interval"] == 4

@@ -705,8 +705,24 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
     elif "--num-layers-per-virtual-pipeline-stage" in vals:
-        rb.notes.append("--num-layers-per-virtual-pipeline-stage: interleaving with 2 chunks per rank assumed")
-        rb.plan.update(pp_virtual_stages=2, schedule="interleaved")
+        # Megatron's validate_args: virtual stages = (num_layers / pp) / layers per virtual stage (the hand-over
+        # writes this flag: launch/megatron.py)
+        per = num("--num-layers-per-virtual-pipeline-stage", 1)
+        layers = num("--num-layers", 1) if "--num-layers" in vals else 0
+        if layers and per > 0 and pp > 1:
+            if (layers // pp) % per or layers % pp:
+                raise UserError(f"{where}: --num-layers-per-virtual-pipeline-stage {per} does not divide the "
+                                f"{layers} // {pp} layers of a pipeline stage (Megatron refuses it); pick a divisor")
+            v = layers // pp // per
+            if v > 1:
+                rb.plan.update(pp_virtual_stages=v, schedule="interleaved")
+            else:
+                rb.notes.append("--num-layers-per-virtual-pipeline-stage equals the layers of a stage: one chunk per "
+                                "rank, predicted as plain 1F1B")
+        else:
+            rb.notes.append("--num-layers-per-virtual-pipeline-stage: interleaving with 2 chunks per rank assumed "
+                            "(give --num-layers and --pipeline-model-parallel-size > 1 to read the count)")
+            rb.plan.update(pp_virtual_stages=2, schedule="interleaved")
     if "--sequence-parallel" in switches and tp > 1:
         rb.plan["sequence_parallel"] = True
         if "--tp-comm-overlap" in switches:
@@ -727,11 +743,14 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if vals.get("--recompute-method") == "block":
             # the first N layers of each model chunk recompute: every k-th layer with k = layers per chunk / N
             chunks = pp * int(rb.plan.get("pp_virtual_stages", 1))
-            layers = num("--num-layers", 0)
+            layers = num("--num-layers", 1) if "--num-layers" in vals else 0
             per_chunk = max(1, layers // chunks) if layers else 0
             n = num("--recompute-num-layers", 1)
             if per_chunk and 0 < n < per_chunk:
                 rb.plan["recompute_interval"] = max(1, round(per_chunk / n))
+            elif not layers:
+                rb.notes.append("--recompute-method block without --num-layers: the share of layers that recompute "
+                                "is not known; predicted as every layer recomputing")
             elif n <= 0:
                 rb.plan["recompute"] = False
     elif gran == "selective":
