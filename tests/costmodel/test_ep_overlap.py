@@ -142,3 +142,21 @@ def test_public_rows_follow_their_recipes():
             e = estimate(inp.plan, inp.cluster, inp.workload)
             assert e.step_time_s / run.measured_iter_time_s == pytest.approx(1.0, abs=0.10), run.ref
     assert seen[True] >= 4 and seen[False] >= 10
+
+
+def test_emitted_files_say_who_runs_the_overlap(tmp_path):
+    """megatron_args.txt runs it; torchtitan.toml says it runs the all-to-alls exposed; the bundled trainer refuses
+    the plan in one line (README.txt says so) and a study keeps ep_overlap apart from the plain plan."""
+    from gpuadvisor.launch import build_launch, emit, make_job
+    from gpuadvisor.trainers.support import unsupported_reason
+    from gpuadvisor.trials.space import KNOBS
+
+    plan = _plan("dp=16,zero=1,ep=16,ep_overlap=true,mb=1,m=16")
+    wl = make_workload("qwen3-30b-a3b", global_batch=plan.global_batch(), seq_len=2048)
+    emit(build_launch(plan, load_preset(PRESET), wl), make_job(plan, wl), tmp_path)
+    assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "megatron_args.txt").read_text()
+    assert "runs them exposed" in (tmp_path / "torchtitan.toml").read_text()
+    why = unsupported_reason(plan, wl, cuda=True)
+    assert why is not None and "ep_overlap" in why and "\n" not in why
+    assert why in (tmp_path / "README.txt").read_text()
+    assert "ep_overlap" in KNOBS

@@ -193,6 +193,9 @@ def torchtitan_toml(plan: Plan, workload: Workload, *, steps: int, marker: str) 
                      "RAM too: slower than this plan, which offloads the optimizer only (ds_config.json runs it as "
                      "predicted)")
     notes += _cp_notes(plan)
+    if plan.ep_overlap:
+        notes.append("ep_overlap: torchtitan does not hide the expert all-to-alls behind compute; this file runs them "
+                     "exposed, slower than predicted (megatron_args.txt runs the overlap)")
     if plan.zero_stage == 3 and plan.pp > 1:
         notes.append("fsdp_reshard_after_forward = \"default\" (no resharding under PP): torch's pipelining keeps each "
                      "stage's weights and gradients unsharded through the step anyway, so the stage syncs once per step "

@@ -130,6 +130,9 @@ def unsupported_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optiona
         return ("the bundled trainers do not overlap TP communication with GEMMs (tp_comm_overlap needs Megatron's "
                 "--tp-comm-overlap or torchtitan's async TP: megatron_args.txt / torchtitan.toml); use "
                 "tp_comm_overlap=false for a trial")
+    if plan.ep_overlap:
+        return ("the bundled trainers do not hide expert all-to-alls behind compute (ep_overlap needs Megatron-Core's "
+                "--overlap-moe-expert-parallel-comm: megatron_args.txt); use ep_overlap=false for a trial")
     why = ep_reason(plan, workload, cuda=cuda)
     if why:
         return why
