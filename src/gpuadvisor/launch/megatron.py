@@ -196,8 +196,8 @@ def megatron_text(plan: Plan, workload: Workload, *, steps: int, marker: str) ->
                      "attention, --cp-comm-type p2p); gradients reduced" + (" and sharded" if plan.zero_stage else "")
                      + f" over dp x cp = {plan.gradient_ranks} ranks")
     if plan.ep_overlap:
-        lines.append("# EP overlap (--overlap-moe-expert-parallel-comm): Megatron-Core >= 0.14, torch >= 2.6 and Transformer "
-                     "Engine (--delay-wgrad-compute; TE >= 2.8 beside --overlap-grad-reduce); "
+        lines.append("# EP overlap (--overlap-moe-expert-parallel-comm): Megatron-Core >= 0.14, torch >= 2.6 and "
+                     "Transformer Engine (--delay-wgrad-compute; TE >= 2.8 beside --overlap-grad-reduce); "
                      + ("CUDA_DEVICE_MAX_CONNECTIONS=32 (launch.sh)" if plan.tp == 1 else
                         "TP wants CUDA_DEVICE_MAX_CONNECTIONS=1 on pre-Blackwell GPUs where the overlap prefers 32 "
                         "(Megatron warns; launch.sh keeps 1 with sequence parallelism)"))

@@ -711,8 +711,8 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         layers = num("--num-layers", 1) if "--num-layers" in vals else 0
         if layers and per > 0 and pp > 1:
             if (layers // pp) % per or layers % pp:
-                raise UserError(f"{where}: --num-layers-per-virtual-pipeline-stage {per} does not divide the "
-                                f"{layers} // {pp} layers of a pipeline stage (Megatron refuses it); pick a divisor")
+                raise UserError(f"{where}: --num-layers-per-virtual-pipeline-stage {per} does not divide a pipeline "
+                                f"stage's layers ({layers} over pp {pp}; Megatron refuses it); pick a divisor")
             v = layers // pp // per
             if v > 1:
                 rb.plan.update(pp_virtual_stages=v, schedule="interleaved")

@@ -128,8 +128,9 @@ RECIPE_TP_OVERLAP_MODELS = re.compile(r"llama[ _]?3", re.IGNORECASE)
 #: --overlap-moe-expert-parallel-comm) without the row saying so: Qwen3 235B-A22B on H100, whose presets set
 #: moe_a2a_overlap=True with the alltoall dispatcher (QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V1 / _FP8_CS_V1, the
 #: V2 presets inherit it; NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py
-#: @01b2977e). The other Qwen3 presets set it False (B200, B300, Qwen3 30B-A3B on H100), as do GPT-OSS 120B's on the
-#: GPUs these rows use; DGX GB200 rows are not mapped (GPUs per node not stated).
+#: @01b2977e). The other Qwen3 presets set it False (B200, B300, Qwen3 30B-A3B on H100); GPT-OSS 120B's B200 and
+#: H100 presets leave it off (gpt_oss_workload_base_configs.py sets it on GB200/GB300 only, whose rows are not
+#: mapped: GPUs per node not stated).
 RECIPE_EP_OVERLAP = re.compile(r"qwen3[ _-]?235b", re.IGNORECASE)
 RECIPE_EP_OVERLAP_GPUS = ("H100",)
 #: Frameworks whose transformer layers are Transformer Engine's (Megatron-Core's default transformer_impl; NeMo and

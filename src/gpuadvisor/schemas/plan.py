@@ -204,9 +204,9 @@ class Plan(Frozen):
             raise ValueError("tp_comm_overlap needs sequence_parallel (Megatron's --tp-comm-overlap and torchtitan's "
                              "async TP split the sequence-parallel all-gathers and reduce-scatters)")
         if self.ep_overlap:
-            # Megatron-Core validate_args for --overlap-moe-expert-parallel-comm: expert parallelism, no full
-            # recompute, and with pipeline parallelism the virtual-pipeline (interleaved) schedule; it runs Megatron's
-            # DDP or distributed optimizer (FSDP2 and DeepSpeed have no combined 1F1B schedule)
+            # Megatron-Core's TransformerConfig checks for --overlap-moe-expert-parallel-comm: expert parallelism, no
+            # full recompute, and with pipeline parallelism the virtual-pipeline (interleaved) schedule; it runs
+            # Megatron's DDP or distributed optimizer (FSDP2 and DeepSpeed have no combined 1F1B schedule)
             if self.ep == 1:
                 raise ValueError("ep_overlap hides expert parallelism's all-to-alls and needs ep > 1; drop ep_overlap")
             if self.recompute:
