@@ -20,7 +20,7 @@ class GemmCurve:
     """Saturating efficiency curve e(x) = e_max * x / (x + x_half), times width / (width + w_half) for a layer
     GEMM whose narrower side is `width` (compute.width_efficiency; w_half 0: no width term). The attention core
     (FlashAttention-2 / PyTorch SDPA) runs at `attn_rel` times the GEMM rate of its size, cuDNN's fused attention
-    (Transformer Engine) at `attn_rel_cudnn`."""
+    (Transformer Engine) at `attn_rel_cudnn`, FlashAttention-3/4 at `attn_rel_flash3` (cuDNN's where not given)."""
 
     family: str
     e_max: float
@@ -28,6 +28,7 @@ class GemmCurve:
     w_half: float = 0.0
     attn_rel: float = 1.0
     attn_rel_cudnn: float = 1.0
+    attn_rel_flash3: float = 1.0
 
     def efficiency(self, x: float) -> float:
         """Fraction of peak at GEMM size x (millions of elements, or GFLOP for generic models)."""
@@ -71,8 +72,9 @@ def gemm_curve(device_name: str, spec_key: Optional[str] = None, generic: bool =
     fam = gpu_family(device_name, spec_key, cal)
     f = ge["families"][fam]
     attn = float(f.get("attn_rel", 1.0))
-    return GemmCurve(fam, float(f["e_max"]), float(f["x_half"]), float(f.get("w_half", 0.0)), attn,
-                     float(f.get("attn_rel_cudnn", attn)))
+    cudnn = float(f.get("attn_rel_cudnn", attn))
+    return GemmCurve(fam, float(f["e_max"]), float(f["x_half"]), float(f.get("w_half", 0.0)), attn, cudnn,
+                     float(f.get("attn_rel_flash3", cudnn)))
 
 
 def pcie_host_bandwidth(gen: Optional[int], cal: Optional[dict] = None) -> float:

@@ -1,6 +1,7 @@
 """The attention-kernel advice: on Hopper and Blackwell, FlashAttention-2 (PyTorch SDPA's kernel, what the workload
 prices by default) leaves the attention core at about half the GEMM rate, where FlashAttention-3/4 (flash-attn 3 on
-Hopper, 4 on Blackwell) run it at about cuDNN's (TrainingSettings.attention_kernel "flash3"). At long sequences the
+Hopper, 4 on Blackwell) run it at its own fitted rate, above cuDNN's (TrainingSettings.attention_kernel "flash3";
+calibration gemm_efficiency attn_rel_flash3). At long sequences the
 core is most of the step. Priced, not asserted: the top plan is estimated again with "flash3" (the same memory, so
 it still fits) and the gain is said only when it is worth a line."""
 from __future__ import annotations

@@ -115,11 +115,10 @@ class Context:
         # (Workload.core_kernel: attention sinks on the flash stack run unfused)
         kernel = workload.core_kernel
         eager = kernel == "eager"
-        # FlashAttention-3/4 ("flash3") at cuDNN's rate: ml-engineering's in-step decomposition of an H200 step
-        # (HF + DeepSpeed, Llama 3.1 8B at 8k tokens) gives FA3 447 TFLOP/s on its causal count, 894 on ours, where
-        # attn_rel_cudnn's derivation gives cuDNN 877 (calibration.yaml gemm_efficiency, hopper)
+        # FlashAttention-3/4 ("flash3") at attn_rel_flash3: fitted on ml-engineering's 8k-256k Llama 3.1 8B sweep on
+        # H200 and B200, whose long rows the core dominates (calibration.yaml gemm_efficiency, hopper and blackwell)
         check_attention_devices(workload, devs)
-        self.attn_rel = {"cudnn": curve.attn_rel_cudnn, "flash3": curve.attn_rel_cudnn,
+        self.attn_rel = {"cudnn": curve.attn_rel_cudnn, "flash3": curve.attn_rel_flash3,
                          "eager": 1.0}.get(kernel, curve.attn_rel)
         self.mem_bw = dev.memory_bandwidth_gb_per_s * 1e9
         ov, oh, pr = cal["overheads"], cal["overlap"], cal["precision"]
