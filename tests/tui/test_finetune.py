@@ -85,3 +85,35 @@ async def test_results_rank_the_lora_workload():
         assert app.suggestion is not None and app.suggestion.workload.finetune.method == "lora"
 
 
+
+
+@run_async
+async def test_megatron_buffers_reach_the_workload_and_refuse_in_the_tuis_words():
+    """The Megatron buffers choice is the CLI's --grad-reduce-in-bf16 / --fp8-param-gather: it reaches the workload
+    (said on the status line); NVIDIA's FP8 recipe without fp8 and cuDNN attention is refused naming the fields."""
+    app = make_app(model="llama-3.1-8b")
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        status = app.screen.query_one("#workload-status", Static)
+        buffers = app.screen.query_one("#megatron-buffers", Select)
+        assert buffers.value == "default"
+        t = app.workload.training
+        assert not t.grad_reduce_in_bf16 and not t.fp8_param_gather
+        buffers.value = "fp8-recipe"  # bf16 precision and FlashAttention: not Transformer Engine's FP8
+        await pilot.pause()
+        msg = " ".join(text_of(status).split())
+        assert status.has_class("error") and app.workload is None, msg
+        assert "Megatron buffers" in msg and "Precision fp8" in msg and "--" not in msg, msg
+        app.screen.query_one("#precision", Select).value = "fp8"
+        app.screen.query_one("#attention", Select).value = "cudnn"
+        await pilot.pause()
+        assert not status.has_class("error"), " ".join(text_of(status).split())
+        t = app.workload.training
+        assert t.grad_reduce_in_bf16 and t.fp8_param_gather
+        shown = " ".join(text_of(status).split())
+        assert "bf16 gradients on Megatron, FP8 weights on Megatron's distributed optimizer" in shown, shown
+        buffers.value = "grad-bf16"
+        await pilot.pause()
+        t = app.workload.training
+        assert t.grad_reduce_in_bf16 and not t.fp8_param_gather
+        assert "FP8 weights" not in " ".join(text_of(status).split())

@@ -16,8 +16,8 @@ SIZE = (80, 24)
 FOCUS_ORDER = {
     "hardware": (["StepBar", "preset", "probe", "path", "load", "save", "add-node", "nic-speed", "set-nic",
                   "cluster-view", "nav-next"], "preset"),
-    "model": (["StepBar", "model", "seq-len", "global-batch", "precision", "attention", "kernels", "token-budget",
-               "finetune", "lora-rank", "nav-back", "nav-next"],
+    "model": (["StepBar", "model", "seq-len", "global-batch", "precision", "attention", "kernels", "megatron-buffers",
+               "token-budget", "finetune", "lora-rank", "nav-back", "nav-next"],
               "model"),
     "goal": (["StepBar", "goal", "price", "nav-back", "nav-next"], "goal"),
     "results": (["StepBar", "whatif-nic", "whatif-gpus", "ranking", "detail-view", "nav-back", "nav-next"],

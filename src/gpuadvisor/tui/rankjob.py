@@ -19,7 +19,8 @@ def largest_fitting(cluster: Any, workload: Any) -> Any:
         try:
             return api.make_workload(label, seq_len=t.seq_len, global_batch=t.global_batch,
                                      precision=t.precision, token_budget=t.token_budget,
-                                     attention_kernel=t.attention_kernel)
+                                     attention_kernel=t.attention_kernel, kernels=t.kernels,
+                                     grad_reduce_in_bf16=t.grad_reduce_in_bf16, fp8_param_gather=t.fp8_param_gather)
         except ValueError:
             return None  # seq_len beyond this model's learned position table (GPT-2's 1024): not a candidate
 

@@ -1,5 +1,6 @@
 """Step 2, Model and training: model size/preset/config.json, sequence length, batch, precision, the attention
-kernel and the kernels (eager or fused) of the stack, budget, and fine-tuning (full, LoRA or QLoRA with its rank)."""
+kernel and the kernels (eager or fused) of the stack, Megatron's gradient buffer and FP8 weights, budget, and
+fine-tuning (full, LoRA or QLoRA with its rank)."""
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -28,6 +29,12 @@ STACKS = (("eager PyTorch (bundled trainers, HF, accelerate)", "eager"),
           ("fused + Liger chunked loss (HF + Liger-Kernel)", "liger"),
           ("compiled model, eager loss", "fused-layers"),
           ("Hugging Face modeling code, eager", "hf"))
+#: Megatron's gradient buffer and FP8 weights (TrainingSettings.grad_reduce_in_bf16, .fp8_param_gather: the CLI's
+#: --grad-reduce-in-bf16 and --fp8-param-gather): (label, code) — docs/cost-model.md "Megatron's gradient buffer",
+#: "Megatron's FP8 weights".
+MEGATRON_BUFFERS = (("fp32 gradients (Megatron's default with bf16)", "default"),
+                    ("bf16 gradients (--grad-reduce-in-bf16)", "grad-bf16"),
+                    ("bf16 gradients + FP8 weights (NVIDIA's FP8 recipe)", "fp8-recipe"))
 #: Fine-tuning choices: (label, FineTune.method).
 FINETUNES = (("full (every weight)", "full"), ("LoRA (bf16 base)", "lora"), ("QLoRA (4-bit NF4 base)", "qlora"))
 
@@ -90,6 +97,10 @@ class ModelScreen(StepScreen):
                 yield Label("Kernels", classes="formlabel")
                 yield Select(STACKS, value="eager", allow_blank=False, id="kernels", compact=True)
             with Horizontal(classes="row"):
+                yield Label("Megatron buffers", classes="formlabel")
+                yield Select(MEGATRON_BUFFERS, value="default", allow_blank=False, id="megatron-buffers",
+                             compact=True)
+            with Horizontal(classes="row"):
                 yield Label("Token budget", classes="formlabel")
                 yield Field(placeholder="optional, e.g. 10B or 2e9 tokens", id="token-budget", compact=True)
             with Horizontal(classes="row"):
@@ -109,6 +120,7 @@ class ModelScreen(StepScreen):
     @on(Select.Changed, "#precision")
     @on(Select.Changed, "#attention")
     @on(Select.Changed, "#kernels")
+    @on(Select.Changed, "#megatron-buffers")
     @on(Select.Changed, "#finetune")
     def _changed(self) -> None:
         self.validate_form()
@@ -146,6 +158,11 @@ class ModelScreen(StepScreen):
         method = str(self.query_one("#finetune", Select).value)
         return make_finetune(method, lora_rank=self._int("#lora-rank"), flags=True)
 
+    def megatron_buffers(self) -> dict[str, bool]:
+        """The Megatron buffers choice as make_workload's grad_reduce_in_bf16 and fp8_param_gather."""
+        code = str(self.query_one("#megatron-buffers", Select).value)
+        return {"grad_reduce_in_bf16": code in ("grad-bf16", "fp8-recipe"), "fp8_param_gather": code == "fp8-recipe"}
+
     def validate_form(self) -> None:
         """Build the Workload with the API; show it, or the API's error message inline."""
         from ... import api
@@ -160,7 +177,7 @@ class ModelScreen(StepScreen):
                 model, seq_len=self._int("#seq-len"), global_batch=self._int("#global-batch"),
                 precision=str(self.query_one("#precision", Select).value), token_budget=self.token_budget(),
                 finetune=self.finetune(), attention_kernel=str(self.query_one("#attention", Select).value),
-                kernels=str(self.query_one("#kernels", Select).value))
+                kernels=str(self.query_one("#kernels", Select).value), **self.megatron_buffers())
         except Exception as exc:
             w.workload = None
             status.set_class(True, "error")
