@@ -3,9 +3,11 @@
     python benchmarks/fit_gemm_family.py hopper [--e-max 0.5,0.55,0.6,0.65] [--x-half 3,1.5,0.75] [--w-half 0,384]
         [--attn-rel 0.5] [--attn-rel-flash3 1.5,1.8] [--source mleng_h200_vs_b200_llama8b]
 
+A parameter not given keeps the family's value in knowledge/calibration.yaml, so one flag grids one constant.
 Maps every run of knowledge/measurements/public whose GPU belongs to the family (with every approximation of
-publicruns.mapping.LIMITS), predicts its step time under each grid point (the calibration table with only that
-family's numbers changed) and prints, per point, the score (mean over sources of the mean squared log
+publicruns.mapping.LIMITS; `--source` keeps one source_id), predicts its step time under each grid point (the
+calibration table with only that family's numbers changed) and prints, per point, the score (mean over sources
+of the mean squared log
 ratio predicted/measured: each source weighs the same, however many rows it has), then the median ratio and
 the MAPE per source. knowledge/calibration.yaml states which point it took and this command.
 """
