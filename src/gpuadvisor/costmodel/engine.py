@@ -118,7 +118,12 @@ class _G:
 
     def per_kind(self, table: dict, default: float) -> np.ndarray:
         """A per-link-kind constant (TP comm efficiency, DDP contention, P2P call cost) for each row."""
-        return np.array([table.get(k, default) for k in self.kind_u], dtype=float)[self.keys]
+        return _per_kind(self.kind_u, self.keys, table, default)
+
+
+def _per_kind(kinds, keys: np.ndarray, table: dict, default: float) -> np.ndarray:
+    """`table`'s value (else `default`) for each distinct link kind in `kinds`, spread to the rows by `keys`."""
+    return np.array([table.get(k, default) for k in kinds], dtype=float)[keys]
 
 
 class Batch:
@@ -552,8 +557,8 @@ def _expert_overlap(ctx: Context, t_ep, window, kind, pp, v, m) -> np.ndarray:
     """
     warm = np.where(pp > 1, (pp - 1) * 2.0 + (v - 1) * pp + 1.0, 1.0)
     unpaired = np.minimum(1.0, warm / (m * v))
-    table = {k: ctx.contention_by.get(k, ctx.contention) for k in set(kind.tolist())}
-    cont = np.array([table[k] for k in kind.tolist()], dtype=float)
+    kinds, keys = np.unique(kind.astype(str), return_inverse=True)
+    cont = _per_kind(kinds.tolist(), keys, ctx.contention_by, ctx.contention)
     hidden = np.minimum(t_ep, window)
     return unpaired * t_ep + (1.0 - unpaired) * (t_ep - hidden + cont * hidden)
 

@@ -702,13 +702,13 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
             raise UserError(f"{where}: --overlap-moe-expert-parallel-comm needs --expert-model-parallel-size > 1 "
                             "(Megatron-Core refuses it without expert parallelism); drop it or set the size")
         rb.plan["ep_overlap"] = True
+    layers = num("--num-layers", 1) if "--num-layers" in vals else 0  # 0: the file does not say
     if "--num-virtual-stages-per-pipeline-rank" in vals:
         rb.plan.update(pp_virtual_stages=num("--num-virtual-stages-per-pipeline-rank", 1), schedule="interleaved")
     elif "--num-layers-per-virtual-pipeline-stage" in vals:
         # Megatron's validate_args: virtual stages = (num_layers / pp) / layers per virtual stage (the hand-over
         # writes this flag: launch/megatron.py)
         per = num("--num-layers-per-virtual-pipeline-stage", 1)
-        layers = num("--num-layers", 1) if "--num-layers" in vals else 0
         if layers and per > 0 and pp > 1:
             if (layers // pp) % per or layers % pp:
                 raise UserError(f"{where}: --num-layers-per-virtual-pipeline-stage {per} does not divide a pipeline "
@@ -743,7 +743,6 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if vals.get("--recompute-method") == "block":
             # the first N layers of each model chunk recompute: every k-th layer with k = layers per chunk / N
             chunks = pp * int(rb.plan.get("pp_virtual_stages", 1))
-            layers = num("--num-layers", 1) if "--num-layers" in vals else 0
             per_chunk = max(1, layers // chunks) if layers else 0
             n = num("--recompute-num-layers", 1)
             if per_chunk and 0 < n < per_chunk:
