@@ -7,7 +7,9 @@ and sequence parallelism, expert parallelism for MoE models. Every yielded plan 
 TP communication overlap (Plan.tp_comm_overlap: Megatron's --tp-comm-overlap, torchtitan's async TP) is not
 enumerated: it needs Transformer Engine or torch.compile with symmetric memory, which neither DeepSpeed nor the
 bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it. Megatron's expert
-all-to-all overlap (Plan.ep_overlap) likewise: `predict --plan ...,ep_overlap=true` and read-back.
+all-to-all overlap (Plan.ep_overlap) likewise: `predict --plan ...,ep_overlap=true` and read-back. So are activation
+checkpoints in host RAM (Plan.offload_activations, DeepSpeed's cpu_checkpointing): `predict --plan
+...,offload_activations=true` and a ds_config.json with cpu_checkpointing price them.
 
 Bounded by design: the work grows with the number of distinct shapes, never with the device count or the
 batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·C·M·K with
@@ -127,7 +129,7 @@ OFFLOADS = (None, "optimizer", "optimizer+params")
 COLUMNS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "micro_batch_size", "num_micro_batches", "pp_schedule",
            "pp_virtual_stages", "recompute", "sequence_parallel", "mesh_order", "ddp_bucket_mb", "comm_hook",
            "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "tp_comm_overlap",
-           "zero_impl", "recompute_attention", "cp", "ep_overlap", "global_batch")
+           "zero_impl", "recompute_attention", "cp", "ep_overlap", "offload_activations", "global_batch")
 
 
 def row_plan(row: Sequence) -> Plan:
@@ -138,7 +140,7 @@ def row_plan(row: Sequence) -> Plan:
               "zero_reduce_bucket_size", "zero_hpz_partition_size", "nodes", "devices_per_node", "ep", "cp"):
         f[k] = int(f[k])
     f.update(Plan.offload_fields(int(f["zero_offload"]), f["zero_stage"]))  # the column is Plan.offload_code
-    for k in ("sequence_parallel", "tp_comm_overlap", "ep_overlap"):
+    for k in ("sequence_parallel", "tp_comm_overlap", "ep_overlap", "offload_activations"):
         f[k] = bool(f[k])
     # the column is the core's recompute mode (CORE_RECOMPUTE): none, the attention core's, op-level
     mode = CORE_RECOMPUTE[int(f["recompute_attention"])]
@@ -222,7 +224,7 @@ class _Blocks:
         for template, lead in zip(self.chunks, self.leads):
             nodes, gpn, ep, overlap, gb, cp = self.meta[template]
             out.extend([lead + (sc, v, rc, seqp, order, bucket, hook, zrb, hpz, nodes, gpn, ep, bool(overlap), impl,
-                                ra, cp, False, gb)
+                                ra, cp, False, False, gb)
                         for sc, v, rc, seqp, order, bucket, hook, zrb, hpz, impl, ra in self.tails[template]])
         return out
 
@@ -244,7 +246,8 @@ class _Blocks:
         out[:, 16:20] = meta[:, :4]
         out[:, 20:22] = tails[:, 9:11]
         out[:, 22] = meta[:, 5]
-        out[:, 24] = meta[:, 4]  # column 23 (ep_overlap) stays 0: never enumerated (module docstring)
+        # columns 23 (ep_overlap) and 24 (offload_activations) stay 0: never enumerated (module docstring)
+        out[:, 25] = meta[:, 4]
         return out
 
 

@@ -40,6 +40,10 @@ MEMORY_TIGHT = 0.90
 _GB = 1e9
 # bytes of one FP8 element (E4M3 or E5M2)
 FP8_BYTES = 1.0
+# checkpoints DeepSpeed's cpu_checkpointing leaves on the device: the newest (keep_last_count=1) and the two whose
+# device tensors its forward stash still holds (max_fwd_stash_count=2): _ActivationOffloadEngine as checkpointing.py
+# builds it (DeepSpeed 0.19.8, runtime/activation_checkpointing/offload_activations.py)
+ACT_OFFLOAD_RESIDENT = 3.0
 
 
 def plan_row(p: Plan) -> tuple:
@@ -50,7 +54,7 @@ def plan_row(p: Plan) -> tuple:
             p.zero_hpz_partition_size, p.nodes, p.devices_per_node, p.ep, int(p.tp_comm_overlap),
             ZERO_IMPLS.index(p.zero_impl),
             CORE_RECOMPUTE.index("attention" if p.recompute_attention else "ops" if p.recompute_ops else None),
-            p.cp, int(p.ep_overlap), p.global_batch())
+            p.cp, int(p.ep_overlap), int(p.offload_activations), p.global_batch())
 
 
 class Eval:
@@ -271,6 +275,7 @@ def evaluate_batch(rows: Sequence[tuple], ctx: Context, rules: Optional[tuple[Ru
 
 _CP, _BATCH = COLUMNS.index("cp"), COLUMNS.index("global_batch")
 _EPO = COLUMNS.index("ep_overlap")
+_AOFF = COLUMNS.index("offload_activations")
 
 
 def _merge(n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
@@ -339,7 +344,8 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     b.mem_total = total
     b.memory_fraction = total / ctx.mem_cap
     reason = np.zeros(len(a), dtype=np.int64)
-    reason[off & bool(ctx.host_ram) & (mem["host"] * gpn > ctx.host_ram * ctx.host_usable)] = 2
+    aoff = a[:, _AOFF] > 0  # activation checkpoints in host RAM (Plan.offload_activations)
+    reason[(off | aoff) & bool(ctx.host_ram) & (mem["host"] * gpn > ctx.host_ram * ctx.host_usable)] = 2
     reason[total > ctx.mem_cap] = 1
     b.reason = reason
     ok = reason == 0
@@ -432,6 +438,13 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
                                                                  n_train, w_dev, t_mb, gpn, ovl, st["exp"], edp,
                                                                  dist_opt, (zero >= 3) & (pp > 1), layers, ~fsdp, meg,
                                                                  fp8_lin)
+    # activation checkpoints in host RAM (Plan.offload_activations, pure data parallelism): the copies the backward
+    # waits for, per micro-batch, with the optimizer offload's host traffic
+    if aoff.any() and ctx.transformer:
+        moved, t_ao = _activation_offload(ctx, layers, rc, _act(ctx, mb, tp, sp, np.ones_like(sp)),
+                                          t_layer * ctx.fwd_frac / (1.0 + rc * ctx.fwd_frac))
+        offload = offload + np.where(aoff, m * t_ao, 0.0)
+        host_bytes = host_bytes + np.where(aoff, m * moved, 0.0)
     z3_total = m * z3_mb
     step_s = step + exposed + offload + opt + ctx.step_overhead
     tps = dp * mb * m * ctx.s / step_s  # the plan's own global batch (it may differ with allow_batch_change)
@@ -469,6 +482,27 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     b.tps = tps * factor
     b.feasible = ok & np.array([f is None for f in b.forbid], dtype=bool)
     return b
+
+
+def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd=None) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSpeed's cpu_checkpointing (Plan.offload_activations) per micro-batch, as its side-stream engine runs it
+    (runtime/activation_checkpointing/offload_activations.py, DeepSpeed PR #8282, in 0.19.8): with `t_fwd` (one
+    layer's forward seconds), (host-link bytes, exposed seconds); without, (checkpoints in host RAM, 0).
+
+    Each recomputing layer (layers·rc of them) hands its input (`ckpt` bytes) to the engine. The newest stays on the
+    device (keep_last_count 1), the others are copied device-to-host into pinned buffers on a side stream while the
+    next layers compute, and the last two copied keep their device tensors in the forward stash (max_fwd_stash_count
+    2), so the backward takes those three without a copy: the rest live in host RAM. A forward copy shows only where
+    it outlasts a layer's forward. The backward's restore_input issues the host-to-device copy when the layer's
+    recompute needs it and the compute stream waits for it (no prefetch): every restored checkpoint is exposed.
+    Bandwidth: the pinned PCIe rate of ZeRO-Offload's copies (Context.host_bw)."""
+    n = layers * rc
+    restored = np.maximum(0.0, n - ACT_OFFLOAD_RESIDENT)
+    if t_fwd is None:
+        return restored, np.zeros_like(restored)
+    copy = ckpt / ctx.host_bw
+    sent = np.maximum(0.0, n - 1.0) + restored  # down, all but the newest; up, all but the three resident
+    return sent * ckpt, np.maximum(0.0, n - 1.0) * np.maximum(0.0, copy - t_fwd) + restored * copy
 
 
 def _context_parallel(ctx: Context, a: np.ndarray, keys: np.ndarray, uniq: list, g_dp: _G, tokens, tp, rc, ra,
@@ -681,7 +715,8 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
         plain = _act(ctx, mb, tp, sp, np.zeros_like(sp), amp=amp)
         stored = _act(ctx, mb, tp, sp, np.zeros_like(sp), ra, amp, rop) if (ra.any() or rop.any()) else plain
         # a recomputing layer stores its input only, the others everything (every k-th layer: the average)
-        act1 = rc * _act(ctx, mb, tp, sp, np.ones_like(sp)) + (1.0 - rc) * stored
+        ckpt = _act(ctx, mb, tp, sp, np.ones_like(sp))
+        act1 = rc * ckpt + (1.0 - rc) * stored
         # the layer being recomputed holds its full activations; under the core's selective recompute the layer in
         # its backward holds its replayed scores, plain - stored, under op-level recompute its replayed rest
         # (ra, rop and rc > 0 exclude each other: Plan)
@@ -698,11 +733,16 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
             inflight = inflight + epo * np.where(pp == 1, 1.0 / np.maximum(layers, 1.0), 1.0 / v)
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
+        # DeepSpeed's cpu_checkpointing (Plan.offload_activations; pp = 1) keeps the checkpoints in host RAM but
+        # the few still on the device (_activation_offload)
+        moved = np.where(a[:, _AOFF] > 0, _activation_offload(ctx, layers, rc, ckpt)[0], 0.0) * ckpt
+        acts0, acts_last = acts0 - moved, acts_last - moved
         logits = (chunked_loss_bytes(ctx.s, mb, ctx.V, ctx.h, ctx.act_bytes, ctx.weight_bytes, tp)
                   if ctx.chunked_loss else logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_loss))
     else:
         acts0 = acts_last = ctx.act_per_sample * mb
         logits = np.zeros_like(mb)
+        moved = np.zeros_like(mb)
     # Transformer Engine's cached FP8 weight copies (calibration fp8.te_weight_cache_bytes_per_param): the layers'
     # Linears on this device; Megatron's output layer is not a TE module and stays bf16
     cache = ctx.te_fp8_cache_bytes * lin
@@ -734,7 +774,9 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     p1 = _device(ctx, st["p_last"], st["w_last"], st["train_last"], acts_last, logits, dp, tp, pp, zero, off, offp,
                  hpz, zrb, bucket_mb, agb, st["exp"], edp, e_shard, cache, g32, freed, amp, held, in_place)
     heavier = p1["_total"] > p0["_total"]
-    return {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
+    parts = {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
+    parts["host"] = parts["host"] + moved  # pinned host buffers of the offloaded checkpoints
+    return parts
 
 
 def _sharded(x, exp_frac, dp, edp):

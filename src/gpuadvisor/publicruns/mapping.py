@@ -40,8 +40,9 @@ LIMITS: dict[str, str] = {
     "selective-recompute": "selective recompute of an unstated fraction of blocks (fms-fsdp) -> that fraction from "
                            "the row's HFU/MFU (1 + fraction/3), every k-th block, else none",
     "hsdp": "HSDP / sharding group smaller than DP -> ZeRO-3 over all of DP",
-    "offload-activations": "activation checkpoints in host RAM (DeepSpeed's cpu_checkpointing) -> on the device: "
-                           "their host copies are not priced, and the device holds them",
+    "offload-activations": "activation checkpoints in host RAM (DeepSpeed's cpu_checkpointing) by a DeepSpeed "
+                           "before its side-stream copies (PR #8282; the rows' 0.6.2 copied them blocking) -> "
+                           "priced as today's (Plan.offload_activations)",
     "network-unstated": "inter-node network not stated -> the GPU generation's DGX SuperPOD compute fabric, one "
                         "rail per GPU: 200 Gb/s HDR InfiniBand for A100, 400 Gb/s NDR for H100, H200 and B200",
     "pp-schedule": "pipeline schedule not stated where the source overlaps pipeline communication, which Megatron "
@@ -510,6 +511,14 @@ def degrees_of(run: PublicRun) -> tuple[int, int, int]:
     return dp, tp, pp
 
 
+def offloads_activations(run: PublicRun) -> bool:
+    """Whether the row keeps its activation checkpoints in host RAM (Plan.offload_activations): ZeRO offload of
+    "optimizer states, activations" (DeepSpeed's Azure rows: "activation and optimizer states are allocated in the
+    main memory")."""
+    opts = f"{run.zero_stage} {run.other_opts}".lower()
+    return bool(re.search(r"offload \(optimizer states, activations\)", opts)) and not re.search(r"no offload", opts)
+
+
 def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collection[str],
                 notes: list[str]) -> tuple[int, int]:
     """(ZeRO stage, offload code: candidates.OFFLOADS): FSDP FULL_SHARD/FSDP2 = ZeRO-3, SHARD_GRAD_OP = ZeRO-2, DDP
@@ -540,7 +549,7 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
     only = re.search(r"offload \(optimizer states(, activations)?\)|optimizer (states )?(offload|offloaded)", opts)
-    if offload and only and only.group(1):
+    if offload and only and only.group(1) and offloads_activations(run):
         _limit("offload-activations", "activation checkpoints offloaded to host RAM", approximate, notes)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
     if not (offload and stage > 0 and tp == 1 and pp == 1):
@@ -691,9 +700,12 @@ def plan_of(run: PublicRun, degrees: tuple[int, int, int], placement: tuple[int,
     if impl == "deepspeed" and zero == 3:  # the row states no stage3_prefetch_bucket_size: DeepSpeed's default
         prefetch = {"zero_allgather_bucket_size": DEEPSPEED_PREFETCH_BUCKET}
         notes.append(f"DeepSpeed's default stage3_prefetch_bucket_size ({DEEPSPEED_PREFETCH_BUCKET:,} elements)")
+    aoff = offloads_activations(run)
+    if aoff:
+        notes.append("activation checkpoints in host RAM (DeepSpeed's cpu_checkpointing)")
     try:
         return Plan(dp=dp, tp=tp, pp=pp, cp=run.cp or 1, ep=run.ep or 1, tp_comm_overlap=overlap,
-                    ep_overlap=ep_overlap, zero_stage=zero,
+                    ep_overlap=ep_overlap, offload_activations=aoff, zero_stage=zero,
                     **Plan.offload_fields(offload, zero), micro_batch_size=mb, num_micro_batches=m,
                     pp_schedule="interleaved" if vpp > 1 else "1f1b",
                     pp_virtual_stages=vpp, **({"recompute_ops": True} if recompute == OP_LEVEL else

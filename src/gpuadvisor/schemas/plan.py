@@ -99,6 +99,11 @@ class Plan(Frozen):
         "(Megatron-DeepSpeed: DeepSpeed's stage 1, which all-reduces the gradient buckets)")
     recompute: bool = Field(False, description="Activation recompute (checkpointing): a checkpointed layer stores "
                             "its input only and replays its forward in the backward")
+    offload_activations: bool = Field(False, description="Activation checkpoints in host RAM: each recomputing "
+                                      "layer's stored input goes to pinned host memory on a side stream in the "
+                                      "forward and comes back in the backward (DeepSpeed's activation_checkpointing "
+                                      "cpu_checkpointing). Needs recompute and a ZeRO stage DeepSpeed runs with pure "
+                                      "data parallelism")
     recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
                                     "layer (full), 2 = every other layer (torchtitan selective_ac_option '2', "
                                     "Megatron --recompute-method block over half of each stage's layers)")
@@ -198,6 +203,18 @@ class Plan(Frozen):
         if self.recompute_ops and (self.recompute or self.recompute_attention):
             raise ValueError("recompute_ops (op-level selective) is one recompute choice beside full and the attention "
                              "core's: keep one")
+        if self.offload_activations:
+            # DeepSpeed's cpu_checkpointing moves what its checkpoint function stores (runtime/activation_checkpointing/
+            # checkpointing.py): only recomputing layers have such inputs, and only the models DeepSpeed's engine runs
+            # call it (the bundled DeepSpeed trainer, Megatron-DeepSpeed)
+            if not self.recompute:
+                raise ValueError("offload_activations moves the checkpoints of recomputing layers to host RAM and needs "
+                                 "recompute=true (full, or every k-th layer); add it or drop offload_activations")
+            if not (self.zero_stage and self.tp == self.pp == self.cp == self.ep == 1
+                    and self.zero_runtime == "deepspeed"):
+                raise ValueError("offload_activations is DeepSpeed's cpu_checkpointing: it needs a ZeRO stage on "
+                                 "DeepSpeed with pure data parallelism (zero >= 1, tp = pp = cp = ep = 1, not "
+                                 "zero_impl=fsdp); change the plan or drop offload_activations")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -457,6 +474,9 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
             f"{plan.global_batch()} != global batch {t.global_batch}; pick mb and m with dp*mb*m = {t.global_batch}"
         )
     m = workload.model
+    if plan.offload_activations and m.kind != "transformer":
+        raise ValueError(f"offload_activations moves transformer layers' checkpoints; '{m.name}' is not a transformer: "
+                         "drop offload_activations")
     if plan.ep > 1:
         if m.kind != "transformer" or not m.n_experts:
             raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1")

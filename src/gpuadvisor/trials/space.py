@@ -23,13 +23,13 @@ KNOBS = ("dp", "tp", "pp", "zero_stage", "zero_offload", "zero_offload_param", "
          "num_micro_batches", "pp_schedule", "pp_virtual_stages", "ddp_bucket_mb", "comm_hook",
          "zero_reduce_bucket_size", "zero_allgather_bucket_size", "zero_overlap_comm", "zero_hpz_partition_size",
          "recompute", "recompute_interval", "recompute_attention", "recompute_ops", "sequence_parallel", "nodes",
-         "devices_per_node", "mesh_order", "ep", "tp_comm_overlap", "ep_overlap", "cp")
+         "devices_per_node", "mesh_order", "ep", "tp_comm_overlap", "ep_overlap", "cp", "offload_activations")
 FINAL = ("ok", "oom", "timeout", "crash", "rendezvous", "invalid_metrics", "skipped")
 #: A trial stopped because the study's budget ran out: not a verdict on the plan, which stays runnable.
 BUDGET = "budget"
 LAYOUT = ("dp", "tp", "pp", "zero_stage", "zero_offload", "zero_offload_param", "recompute", "recompute_interval",
           "recompute_attention", "recompute_ops", "sequence_parallel", "nodes", "devices_per_node", "pp_virtual_stages",
-          "ep")
+          "ep", "offload_activations")
 
 
 class Planner(Protocol):
