@@ -40,6 +40,9 @@ TWO_RANK = {
     "zero3_offload_optim_accum": job(dp=2, zero_stage=3, zero_offload=True, zero_offload_param=False,
                                      num_micro_batches=2),
     "zero2_offload_accum": job(dp=2, zero_stage=2, zero_offload=True, num_micro_batches=2),
+    # activation checkpoints in host RAM: the blocks checkpoint through DeepSpeed's function (cpu_checkpointing)
+    "zero3_accum_recompute_offload_activations": job(dp=2, zero_stage=3, num_micro_batches=2, recompute=True,
+                                                     offload_activations=True),
 }
 TIED = TINY.model_copy(update={"tied_embeddings": True})
 TWO_RANK["pp_1f1b_tied"] = job(TIED, pp=2, num_micro_batches=4, pp_schedule="1f1b")

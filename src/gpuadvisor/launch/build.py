@@ -293,6 +293,23 @@ def recompute_notes(plan: Plan) -> list[str]:
             "recompute, which needs more memory than predicted: predict them with recompute=full or none"]
 
 
+def activation_offload_notes(plan: Plan) -> list[str]:
+    """Which written files keep activation checkpoints in host RAM (Plan.offload_activations): ds_config.json's
+    cpu_checkpointing acts only where the model checkpoints through deepspeed.checkpointing."""
+    if not plan.offload_activations:
+        return []
+    from . import megatron as _megatron
+    from . import torchtitan as _torchtitan
+
+    return ["activation checkpoints in host RAM: ds_config.json's activation_checkpointing.cpu_checkpointing acts "
+            "where the model checkpoints through deepspeed.checkpointing.checkpoint (launch.sh's trainer; "
+            "Megatron-DeepSpeed with --deepspeed-activation-checkpointing --checkpoint-in-cpu; Hugging Face models "
+            "inside DeepSpeed's CheckpointHiddenStatesOffload). Plain torch checkpointing (Accelerate), "
+            f"{_torchtitan.FILE} and {_megatron.FILE} keep the checkpoints on the device: more memory than predicted. "
+            "DeepSpeed before its side-stream copies (PR #8282, in 0.19.8) copies them blocking: slower than "
+            "predicted"]
+
+
 def _kernel_notes(plan: Plan, workload: Workload, device) -> list[str]:
     """megatron_args.txt runs Transformer Engine's cuDNN fused attention (Megatron's default --transformer-impl); every
     other file runs PyTorch's FlashAttention-2 (SDPA). On GPUs where the calibration prices them alike (A100: both at
@@ -428,6 +445,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += recompute_notes(plan)
+    notes += activation_offload_notes(plan)
     notes += placement_notes(plan, [n.name for n in nodes])
     notes += zero_impl_notes(plan, workload)
     notes += cp_notes(plan, workload)

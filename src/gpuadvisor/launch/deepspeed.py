@@ -100,6 +100,14 @@ def deepspeed_config(plan: Plan, workload: Workload, *, steps_per_print: int = 1
         "steps_per_print": steps_per_print,
         "zero_optimization": zero,
     }
+    if plan.offload_activations:
+        # DeepSpeed's activation checkpointing keeps each checkpoint in host RAM (side-stream copies since PR #8282):
+        # it acts where the model checkpoints through deepspeed.checkpointing.checkpoint, configured from this JSON
+        # (the bundled trainer; Megatron-DeepSpeed with --deepspeed-activation-checkpointing). Unpartitioned: with
+        # partition_activations DeepSpeed copies the partitions blocking
+        cfg["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": True,
+                                           "contiguous_memory_optimization": False,
+                                           "synchronize_checkpoint_boundary": False}
     precision = workload.training.precision
     if precision in ("bf16", "fp8"):  # fp8: the engine stays bf16 (DeepSpeed has no FP8 setting; module docstring)
         cfg["bf16"] = {"enabled": True}

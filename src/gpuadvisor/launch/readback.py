@@ -77,10 +77,10 @@ def _unknown(where: str, key: str, known: set[str]) -> UserError:
 
 # --- DeepSpeed (runtime/constants.py, runtime/zero/config.py, DeepSpeed 0.19.8) -----------------------------
 _DS_MODELLED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16", "fp16",
-                "zero_optimization"}
+                "zero_optimization", "activation_checkpointing"}
 _DS_IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
-               "gradient_predivide_factor", "communication_data_type", "activation_checkpointing", "flops_profiler",
+               "gradient_predivide_factor", "communication_data_type", "flops_profiler",
                "tensorboard", "wandb", "csv_monitor", "comms_logger", "dump_state", "amp", "data_types",
                "checkpoint", "memory_breakdown", "sparse_gradients", "seq_parallel_communication_data_type",
                "timers", "aio", "elasticity", "data_efficiency", "compression_training", "torch_autocast",
@@ -177,11 +177,42 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
                         "after the backward, not during it (predicted so); set \"overlap_comm\": true to overlap")
     if int(z.get("zero_hpz_partition_size", 1) or 1) > 1:
         rb.plan["zero_hpz_partition_size"] = int(z["zero_hpz_partition_size"])
+    _read_activation_checkpointing(rb, data.get("activation_checkpointing"), stage, where)
     for prec in ("bf16", "fp16"):
         if isinstance(data.get(prec), dict) and data[prec].get("enabled"):
             rb.precision = prec
     rb.precision = rb.precision or "fp32"
     return rb
+
+
+def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str) -> None:
+    """DeepSpeed's activation_checkpointing section (runtime/activation_checkpointing/config.py): cpu_checkpointing
+    keeps the checkpoints in host RAM (Plan.offload_activations), which says the model recomputes through
+    deepspeed.checkpointing; the section without it configures that function alone (the recompute is the model
+    code's, not the JSON's: noted)."""
+    if ac is None:
+        return
+    if not isinstance(ac, dict):
+        raise UserError(f"{where}: 'activation_checkpointing' must be a mapping")
+    known = {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization", "number_checkpoints",
+             "synchronize_checkpoint_boundary", "profile"}
+    for k in ac:
+        if k not in known:
+            raise _unknown(f"{where} activation_checkpointing", k, known)
+    if not ac.get("cpu_checkpointing"):
+        rb.notes.append("activation_checkpointing without cpu_checkpointing: whether the model recomputes is its "
+                        "code's choice; predicted without recompute (add recompute with --plan to compare)")
+        return
+    if not stage:
+        raise UserError(f"{where}: activation_checkpointing.cpu_checkpointing is predicted beside a ZeRO stage "
+                        "(zero_optimization.stage >= 1); set a stage or drop cpu_checkpointing")
+    rb.plan.update(recompute=True, offload_activations=True)
+    rb.notes.append("activation_checkpointing.cpu_checkpointing: every layer recomputes through "
+                    "deepspeed.checkpointing with its input in host RAM")
+    if ac.get("partition_activations"):
+        rb.notes.append("partition_activations with cpu_checkpointing: DeepSpeed copies each partition to host RAM "
+                        "blocking (checkpointing.py partition_activations), slower than the side-stream copies "
+                        "predicted")
 
 
 def _deepspeed_file(path: Path, what: str) -> ReadBack:

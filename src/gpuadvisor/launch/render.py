@@ -25,9 +25,11 @@ EACH_NODE = "each node"
 
 
 def _ds_summary(cfg: dict) -> str:
-    """One line: stage, offload, batch arithmetic, precision."""
+    """One line: stage, offload (activation checkpoints too), batch arithmetic, precision."""
     z = cfg.get("zero_optimization", {})
     offload = [k.removeprefix("offload_") for k in ("offload_optimizer", "offload_param") if k in z]
+    if (cfg.get("activation_checkpointing") or {}).get("cpu_checkpointing"):
+        offload.append("activation checkpoints")
     prec = "bf16" if "bf16" in cfg else "fp16" if "fp16" in cfg else "fp32"
     return (f"ZeRO stage {z.get('stage')}{' offload ' + '+'.join(offload) + ' to cpu' if offload else ''}; "
             f"train_batch_size {cfg['train_batch_size']} = micro {cfg['train_micro_batch_size_per_gpu']} x GAS "

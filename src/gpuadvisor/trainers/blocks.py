@@ -277,6 +277,9 @@ class Block(nn.Module):
         self.post_mlp_norm: Optional[nn.Module] = make_norm(s, s.d_model) if s.norms == 4 else None
         self.recompute = recompute
         self.recompute_ops = recompute_ops
+        # DeepSpeed's checkpoint function where the run keeps checkpoints in host RAM (Plan.offload_activations:
+        # strategies.zero), else torch's
+        self.checkpoint_fn: Optional[Callable[..., torch.Tensor]] = None
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.attn(self.ln1(x))
@@ -287,6 +290,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
             # Activation checkpointing (Chen et al. 2016): keep only the block input.
+            if self.checkpoint_fn is not None:
+                return self.checkpoint_fn(self._forward, x)
             return checkpoint(self._forward, x, use_reentrant=False)
         if self.recompute_ops and torch.is_grad_enabled():
             return checkpoint(self._forward, x, use_reentrant=False, context_fn=op_checkpoint_context)

@@ -77,6 +77,11 @@ def finetune_reason(plan: Plan, workload: Workload, *, cuda: bool) -> Optional[s
         return "LoRA/QLoRA trials run data parallel only: DDP, ZeRO or FSDP"
     if plan.zero_offload or plan.zero_hpz_partition_size > 1:
         return "LoRA/QLoRA trials do not run ZeRO offload or hpZ; use plain ZeRO-1/2/3"
+    if plan.offload_activations:
+        # DeepSpeed's checkpoint is reentrant: behind a frozen embedding no block input requires a gradient, so
+        # the adapters inside would get none
+        return ("LoRA/QLoRA trials do not keep activation checkpoints in host RAM (DeepSpeed's reentrant checkpoint "
+                "gives adapters behind a frozen embedding no gradient); drop offload_activations")
     if ft.method == "qlora":
         bnb = bitsandbytes_version()
         if bnb is None:

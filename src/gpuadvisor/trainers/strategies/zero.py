@@ -6,6 +6,8 @@ parameters (all-gathered for forward and backward; `allgather_bucket_size` becom
 prefetch bucket). Offload moves the optimizer states (and at stage 3 the parameters) to host RAM.
 ZeRO++ hpZ (`zero_hpz_partition_size`) keeps a secondary parameter shard per node group.
 Batches follow the paper's Appendix H: micro-batch mb per rank, gradient_accumulation_steps m.
+With activation_checkpointing.cpu_checkpointing in the JSON (Plan.offload_activations) the recomputing blocks
+checkpoint through deepspeed.checkpointing, which keeps their inputs in host RAM.
 
 The optimizer is DeepSpeed's torch-backed Adam/AdamW (`torch_adam`: the same torch.optim
 classes the other strategies use), so the losses match them; SGD is passed as a client optimizer.
@@ -88,6 +90,15 @@ class Zero(Strategy):
         deepspeed.init_distributed(dist_backend=ctx.backend)
         model = self.build_model()
         cfg = deepspeed_config(ctx)
+        if (cfg.get("activation_checkpointing") or {}).get("cpu_checkpointing"):
+            # checkpoints in host RAM (Plan.offload_activations): the recomputing blocks checkpoint through
+            # DeepSpeed's function, configured from this JSON as Megatron-DeepSpeed configures it. On CPU the device
+            # is host RAM: DeepSpeed's copy to 'cpu' is the tensor itself, whose storage its blocking path then
+            # empties (checkpointing.py get_cpu_activations_for_backward), so a CPU run keeps the checkpoint in place
+            deepspeed.checkpointing.configure(None, deepspeed_config=cfg, checkpoint_in_cpu=bool(ctx.is_cuda))
+            for block in model.modules():
+                if getattr(block, "recompute", False) and hasattr(block, "checkpoint_fn"):
+                    block.checkpoint_fn = deepspeed.checkpointing.checkpoint
         trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
         client_opt = None if "optimizer" in cfg else make_optimizer(trainable, ctx)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable,
