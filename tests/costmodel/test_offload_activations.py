@@ -176,3 +176,29 @@ def test_a_block_checkpoints_through_the_function_it_is_given():
     out = model(torch.randint(0, 64, (2, 16)))
     out.float().sum().backward()
     assert len(calls) == 2 and calls[0] == (2, 16, 32)
+
+
+def _ram(preset: str, gib: int):
+    c = load_preset(preset)
+    return c.model_copy(update={"nodes": [n.model_copy(update={"cpu": n.cpu.model_copy(
+        update={"ram_bytes": gib * 2 ** 30})}) for n in c.nodes]})
+
+
+def test_suggest_keeps_checkpoints_in_host_ram_only_when_nothing_else_fits():
+    """Llama 7B at 32k tokens on two 24 GB cards: even ZeRO-3 offload with recompute needs 28.7 GiB a card with
+    its checkpoints on the device. With 1 TiB of host RAM the ranking keeps them there and says so; with the
+    preset's 128 GiB the offloaded states and the checkpoints do not fit the host either, and nothing is proposed.
+    At 4k tokens plans fit on the device and none keeps its checkpoints in host RAM."""
+    from gpuadvisor.ranking.rank import rank
+
+    wl = make_workload("llama-7b", seq_len=32768, global_batch=64)
+    r = rank(_ram("workstation-2x4090", 1024), wl, top=3)
+    assert r.n_feasible > 0 and r.fits_nowhere is None
+    assert all(e.plan.offload_activations and e.plan.recompute for e in r.top)
+    assert any("host RAM (offload_activations" in n for n in r.notes)
+    assert max(e.memory.total for e in r.top) <= 24 * 2 ** 30
+    small = rank(_ram("workstation-2x4090", 128), wl, top=3)
+    assert small.n_feasible == 0 and small.fits_nowhere
+    short = rank(_ram("workstation-2x4090", 1024), make_workload("llama-7b", seq_len=4096, global_batch=64), top=5)
+    assert short.n_feasible > 0 and not any(e.plan.offload_activations for e in short.top)
+    assert not any("offload_activations" in n for n in short.notes)

@@ -133,6 +133,8 @@ def plan_label(e: Estimate) -> str:
         bits.append(p.pp_schedule)
     if p.recompute:
         bits.append("recompute" if p.recompute_interval == 1 else f"recompute 1/{p.recompute_interval}")
+    if p.offload_activations:
+        bits.append("ckpt-offload")  # the checkpoints in host RAM (DeepSpeed's cpu_checkpointing)
     if p.recompute_attention:
         bits.append("recompute attn")
     if p.recompute_ops:

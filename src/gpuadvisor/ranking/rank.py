@@ -12,6 +12,7 @@ from ..costmodel.combine import apply_correction, make_context, to_estimate
 from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
 from ..candidates import COLUMNS, SearchSpace, enumerate_rows
+from ..candidates.enumerate import ZERO_IMPLS
 from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, unique_rows
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, FineTune, Ranking, Workload
@@ -143,6 +144,9 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     bad = np.flatnonzero(~b.feasible)
     reasons = _count_reasons(b, bad)
     smallest = b.eval(int(bad[np.argmin(b.mem_total[bad])])) if len(bad) else None
+    host_ckpt = _checkpoints_in_host_ram(rows, b, ctx, workload, rules) if len(bad) == n_timed else None
+    if host_ckpt is not None:  # nothing fits with the checkpoints on the device: rank what fits with them in RAM
+        rows, b = host_ckpt
     ok = np.flatnonzero(b.feasible)
     n_ok = len(ok)
     best, keys = _best_per_shape(b, ok, objective)
@@ -171,6 +175,11 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     if fits and workload.finetune.method == "full":
         fits += _adapter_hint(cluster, workload, **same_space)
     notes = []
+    if host_ckpt is not None:
+        notes.append(f"nothing fits with the activation checkpoints on the device: {len(ok)} DeepSpeed plans fit "
+                     "with them in host RAM (offload_activations, ds_config.json's cpu_checkpointing; "
+                     "docs/cost-model.md, 'Activation checkpoints in host RAM'); your model must checkpoint through "
+                     "deepspeed.checkpointing for it")
     if tops and workload.finetune.method == "full" and objective in ("throughput", "time"):
         note = _idle_note(tops[0], cluster, workload, **same_space)
         if note:
@@ -178,7 +187,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     if pruned:
         notes.append(f"{n} candidates: {pruned} pruned before timing because weights, gradients and optimizer "
                      f"states alone exceed {ctx.mem_cap / 2**30:.1f} GiB per device; {n_timed} evaluated, "
-                     f"{n_timed - n_ok} of them infeasible")
+                     f"{len(bad)} of them infeasible")
     blind = [nd.name for nd in cluster.nodes if nd.cpu.ram_bytes == 0 and nd.cpu.cores <= 1]
     if blind and len(rows) and np.any(b.a[:, COLUMNS.index("zero_offload")] > 0):
         notes.append(f"host CPU not described for {_names(blind)} (no cpu: in the cluster file): ZeRO-Offload "
@@ -194,6 +203,26 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     return Ranking(cluster_name=cluster.name, cluster_source=cluster.source, workload_name=workload.model.name,
                    objective=objective, n_candidates=n, n_feasible=n_ok, top=tops, infeasible_reasons=reasons,
                    fits_nowhere=fits, notes=notes)
+
+
+def _checkpoints_in_host_ram(rows, b, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
+    """(rows, their batch) of the candidates that fit once their activation checkpoints live in host RAM
+    (Plan.offload_activations, DeepSpeed's cpu_checkpointing), or None. Asked only when no candidate fits: the
+    copies cost host-link time, so the enumeration does not propose them beside plans that fit (candidates
+    module docstring). Eligible: full training of a transformer, recomputing ZeRO rows DeepSpeed runs with pure
+    data parallelism (the Plan's rules); LoRA's hand-over checkpoints with torch, on the device."""
+    if workload.model.kind != "transformer" or workload.finetune.adapters:
+        return None
+    a = rows.array if hasattr(rows, "array") else np.asarray(rows, dtype=float)
+    c = COLUMNS.index
+    ok = ((a[:, c("zero_stage")] > 0) & (a[:, c("tp")] == 1) & (a[:, c("pp")] == 1) & (a[:, c("cp")] == 1)
+          & (a[:, c("ep")] == 1) & (a[:, c("recompute")] > 0) & (a[:, c("zero_impl")] != ZERO_IMPLS.index("fsdp")))
+    if not ok.any():
+        return None
+    sub = a[ok].copy()
+    sub[:, c("offload_activations")] = 1.0
+    b2 = evaluate_batch(sub, ctx, rules)
+    return (sub, b2) if b2.feasible.any() else None
 
 
 def _names(names: list[str]) -> str:
