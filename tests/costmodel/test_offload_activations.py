@@ -202,3 +202,19 @@ def test_suggest_keeps_checkpoints_in_host_ram_only_when_nothing_else_fits():
     short = rank(_ram("workstation-2x4090", 1024), make_workload("llama-7b", seq_len=4096, global_batch=64), top=5)
     assert short.n_feasible > 0 and not any(e.plan.offload_activations for e in short.top)
     assert not any("offload_activations" in n for n in short.notes)
+
+
+def test_accelerate_reads_the_json_but_keeps_the_checkpoints_on_the_device(tmp_path):
+    """Accelerate's DeepSpeed plugin runs a Hugging Face model, which checkpoints with torch: the named JSON's
+    cpu_checkpointing does not move its checkpoints, and the read-back says so."""
+    import json
+
+    from gpuadvisor.launch.readback import read_accelerate
+
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_batch_size": 256, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 32,
+        "zero_optimization": {"stage": 3}, "activation_checkpointing": {"cpu_checkpointing": True}}))
+    rb = read_accelerate({"distributed_type": "DEEPSPEED", "num_processes": 8,
+                          "deepspeed_config": {"deepspeed_config_file": "ds.json"}}, tmp_path, 256)
+    assert rb.plan["zero"] == 3 and "offload_activations" not in rb.plan and "recompute" not in rb.plan
+    assert any("checkpoints with torch" in n for n in rb.notes)

@@ -232,3 +232,31 @@ def test_change_first_names_the_zero_runtime_only_where_it_differs():
                                                     "dp=4,tp=2,zero=1,mb=1,m=1,zero_impl=deepspeed",
                                                     "dp=4,tp=2,zero=3,mb=1,m=1")] == \
         [None, "deepspeed", "distributed-optimizer", "deepspeed", "fsdp"]
+
+
+def test_checkpoint_in_cpu_keeps_the_checkpoints_in_host_ram_where_the_plan_takes_it(tmp_path):
+    """--checkpoint-in-cpu with --deepspeed-activation-checkpointing (Megatron-DeepSpeed's configure call passes
+    checkpoint_in_cpu from the arguments) reads as offload_activations on pure data-parallel ZeRO; beside TP, without
+    DeepSpeed's checkpointing or without recompute it is a note, and the plan keeps the checkpoints on the device.
+    The JSON's own cpu_checkpointing is overridden by the arguments: a note, nothing else."""
+    (tmp_path / "args.txt").write_text(ARGS.format(stage=3, pp=1).replace("--tensor-model-parallel-size 2",
+                                                                         "--tensor-model-parallel-size 1")
+                                       + " --no-pipeline-parallel --checkpoint-in-cpu")
+    cfg = _ds_config(3)
+    cfg["activation_checkpointing"] = {"cpu_checkpointing": True}
+    (tmp_path / "ds_config.json").write_text(json.dumps(cfg))
+    rb = read_config(tmp_path / "args.txt", world=8, global_batch=512)
+    assert rb.plan["offload_activations"] is True and rb.plan["recompute"] is True and rb.plan["zero"] == 3
+    assert any(n.startswith("--checkpoint-in-cpu: the recomputing layers' inputs in host RAM") for n in rb.notes)
+    assert any("override the JSON" in n for n in rb.notes)
+    assert "--checkpoint-in-cpu" not in rb.ignored
+    beside_tp = _read(tmp_path, stage=1, pp=1, json_stage=1, extra=" --no-pipeline-parallel --checkpoint-in-cpu")
+    assert "offload_activations" not in beside_tp.plan
+    assert any("beside TP/PP or without ZeRO is not modelled" in n for n in beside_tp.notes)
+    (tmp_path / "args.txt").write_text(ARGS.format(stage=3, pp=1).replace(" --deepspeed-activation-checkpointing", "")
+                                       + " --no-pipeline-parallel --checkpoint-in-cpu")
+    plain = read_config(tmp_path / "args.txt", world=8, global_batch=512)
+    assert "offload_activations" not in plain.plan
+    assert any("acts only with --deepspeed-activation-checkpointing" in n for n in plain.notes)
+    no_ds = read_megatron(["--micro-batch-size", "1", "--checkpoint-activations", "--checkpoint-in-cpu"], world=8)
+    assert "offload_activations" not in no_ds.plan and any("act only with --deepspeed" in n for n in no_ds.notes)

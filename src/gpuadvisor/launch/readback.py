@@ -63,6 +63,9 @@ class ReadBack:
     fp8_param_gather: bool = False
     #: a DeepSpeed JSON's data_types.grad_accum_dtype as written (lower case; None: not set)
     grad_accum_dtype: Optional[str] = None
+    #: a DeepSpeed JSON another config names sets activation_checkpointing.cpu_checkpointing, which that config's
+    #: launcher decides on (_deepspeed_file)
+    json_cpu_checkpointing: bool = False
 
     def spec(self) -> str:
         """The plan string (as `predict --plan` takes it)."""
@@ -100,8 +103,10 @@ _DS_FP32 = {"fp32", "float32", "float", "torch.float32"}
 _DS_DTYPES = _DS_FP32 | {"fp16", "float16", "half", "torch.float16", "bf16", "bfloat16", "torch.bfloat16"}
 
 
-def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
-    """A DeepSpeed config dict -> ReadBack."""
+def read_deepspeed(data: dict, where: str = "ds_config.json", *, checkpointing: bool = True) -> ReadBack:
+    """A DeepSpeed config dict -> ReadBack. `checkpointing`: whether the JSON's activation_checkpointing section
+    decides the recompute (a script that checkpoints through deepspeed.checkpointing, configured from this JSON);
+    False where another config names the JSON and its launcher decides (_deepspeed_file)."""
     rb = ReadBack("DeepSpeed JSON")
     for k in data:
         if k not in _DS_MODELLED | _DS_IGNORED:
@@ -177,7 +182,7 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
                         "after the backward, not during it (predicted so); set \"overlap_comm\": true to overlap")
     if int(z.get("zero_hpz_partition_size", 1) or 1) > 1:
         rb.plan["zero_hpz_partition_size"] = int(z["zero_hpz_partition_size"])
-    _read_activation_checkpointing(rb, data.get("activation_checkpointing"), stage, where)
+    _read_activation_checkpointing(rb, data.get("activation_checkpointing"), stage, where, checkpointing)
     for prec in ("bf16", "fp16"):
         if isinstance(data.get(prec), dict) and data[prec].get("enabled"):
             rb.precision = prec
@@ -185,11 +190,11 @@ def read_deepspeed(data: dict, where: str = "ds_config.json") -> ReadBack:
     return rb
 
 
-def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str) -> None:
+def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str, applies: bool = True) -> None:
     """DeepSpeed's activation_checkpointing section (runtime/activation_checkpointing/config.py): cpu_checkpointing
     keeps the checkpoints in host RAM (Plan.offload_activations), which says the model recomputes through
     deepspeed.checkpointing; the section without it configures that function alone (the recompute is the model
-    code's, not the JSON's: noted)."""
+    code's, not the JSON's: noted). Not `applies`: checked, and left to the caller (_deepspeed_file)."""
     if ac is None:
         return
     if not isinstance(ac, dict):
@@ -199,6 +204,9 @@ def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str
     for k in ac:
         if k not in known:
             raise _unknown(f"{where} activation_checkpointing", k, known)
+    if not applies:
+        rb.json_cpu_checkpointing = bool(ac.get("cpu_checkpointing"))
+        return
     if not ac.get("cpu_checkpointing"):
         rb.notes.append("activation_checkpointing without cpu_checkpointing: whether the model recomputes is its "
                         "code's choice; predicted without recompute (add recompute with --plan to compare)")
@@ -217,14 +225,17 @@ def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str
 
 def _deepspeed_file(path: Path, what: str) -> ReadBack:
     """The DeepSpeed JSON another config names (Accelerate's deepspeed_config_file, Megatron-DeepSpeed's
-    --deepspeed_config) -> ReadBack; unreadable, not JSON or not an object is one line naming it as `what`."""
+    --deepspeed_config) -> ReadBack; unreadable, not JSON or not an object is one line naming it as `what`. Its
+    activation_checkpointing section is checked but does not set the recompute: Megatron-DeepSpeed configures
+    DeepSpeed's checkpointing from its own arguments (--checkpoint-in-cpu), and Accelerate's models checkpoint with
+    torch (ReadBack.json_cpu_checkpointing: the callers note it)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise UserError(f"{what}: cannot read it: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise UserError(f"{what}: a DeepSpeed config is a JSON object")
-    return read_deepspeed(data, path.name)
+    return read_deepspeed(data, path.name, checkpointing=False)
 
 
 # --- torchtitan (torchtitan/config/job_config.py, commit 000204a4) ------------------------------------------
@@ -500,6 +511,11 @@ def read_accelerate(data: dict, base: Path, global_batch: int, where: str = "Acc
         path = (base / ds["deepspeed_config_file"])
         rb = _deepspeed_file(path, f"{where}: deepspeed_config_file '{path}'")
         rb.fmt = "Accelerate YAML (DeepSpeed plugin)"
+        if rb.json_cpu_checkpointing:
+            rb.notes.append(f"{path.name}'s cpu_checkpointing acts where the model checkpoints through "
+                            "deepspeed.checkpointing; a Hugging Face model under Accelerate checkpoints with torch "
+                            "(unless inside DeepSpeed's CheckpointHiddenStatesOffload): predicted with the "
+                            "checkpoints on the device")
         if mp == "fp8":  # the file's bf16 section is the engine's; accelerate swaps the Linears for FP8 ones
             rb.precision = "fp8"
     else:
@@ -650,6 +666,8 @@ _MEG_SWITCHES = {"--sequence-parallel", "--tp-comm-overlap", "--use-distributed-
                  "--checkpoint-activations",
                  # Megatron-DeepSpeed: the DeepSpeed engine, its pipeline switch, CPU Adam, the flash kernels
                  "--deepspeed", "--no-pipeline-parallel", "--cpu-optimizer", "--partition-activations", *_MDS_FLASH,
+                 # ... and DeepSpeed's checkpoint function with the checkpoints in host RAM (Plan.offload_activations)
+                 "--deepspeed-activation-checkpointing", "--checkpoint-in-cpu",
                  *megatron_shape.SWITCHES}
 #: Megatron-Core's modules that --recompute-granularity selective recomputes (nargs '*', default core_attn)
 _MEG_RECOMPUTE_MODULES = "--recompute-modules"
@@ -825,6 +843,9 @@ def read_megatron(argv: list[str], world: int, where: str = "Megatron arguments"
         if "--no-pipeline-parallel" in switches or "--zero-stage" in vals:
             rb.notes.append("--zero-stage / --no-pipeline-parallel act only with --deepspeed (Megatron-DeepSpeed): "
                             "predicted without DeepSpeed")
+        if switches & {"--checkpoint-in-cpu", "--deepspeed-activation-checkpointing"}:
+            rb.notes.append("--checkpoint-in-cpu / --deepspeed-activation-checkpointing act only with --deepspeed "
+                            "(Megatron-DeepSpeed): predicted with the checkpoints on the device")
     if "--fp8-format" in vals:
         _megatron_fp8(vals, rb, where)
     elif "--fp8-param-gather" in switches:
@@ -946,6 +967,9 @@ def _megatron_deepspeed(vals: dict[str, str], switches: set[str], rb: ReadBack, 
     ds = _deepspeed_file(found, f"{where}: DeepSpeed config '{cfg}'")
     grad_accum = ds.grad_accum_dtype
     rb.notes.extend(f"{found.name}: {n}" for n in ds.notes)
+    if ds.json_cpu_checkpointing:
+        rb.notes.append(f"{found.name}'s cpu_checkpointing: Megatron-DeepSpeed configures DeepSpeed's checkpointing "
+                        "from its arguments (checkpoint_in_cpu=--checkpoint-in-cpu), which override the JSON")
     js = int(ds.plan.get("zero", 0))
     if stage_arg is not None and js != stage:
         rb.notes.append(f"--zero-stage {stage} but {found.name} says stage {js}: DeepSpeed follows the JSON")
@@ -996,6 +1020,32 @@ def _deepspeed_stage(stage: int, pp: int, switches: set[str], rb: ReadBack, wher
     if "--partition-activations" in switches and int(rb.plan.get("tp", 1)) > 1:
         rb.notes.append("--partition-activations splits the checkpointed inputs over the TP ranks: not modelled "
                         "(predicted with whole inputs: a little more memory)")
+    _checkpoint_in_cpu(switches, rb)
+
+
+def _checkpoint_in_cpu(switches: set[str], rb: ReadBack) -> None:
+    """Megatron-DeepSpeed's --checkpoint-in-cpu: with --deepspeed-activation-checkpointing it configures DeepSpeed's
+    checkpoint function with checkpoint_in_cpu (megatron/initialize.py setup_deepspeed_random_and_activation_
+    checkpointing), whose recomputing layers keep their inputs in host RAM: Plan.offload_activations where the Plan
+    takes it (a ZeRO stage, pure data parallelism), else a note."""
+    if "--checkpoint-in-cpu" not in switches:
+        return
+    if "--deepspeed-activation-checkpointing" not in switches:
+        rb.notes.append("--checkpoint-in-cpu acts only with --deepspeed-activation-checkpointing (Megatron's own "
+                        "checkpointing keeps the inputs on the device): predicted so")
+        return
+    if not rb.plan.get("recompute"):
+        rb.notes.append("--checkpoint-in-cpu without recompute (--checkpoint-activations or --recompute-granularity "
+                        "full): nothing is checkpointed, nothing moves to host RAM")
+        return
+    if not rb.plan.get("zero") or any(int(rb.plan.get(k, 1)) > 1 for k in ("tp", "pp")):
+        rb.notes.append("--checkpoint-in-cpu beside TP/PP or without ZeRO is not modelled: predicted with the "
+                        "checkpoints on the device (more memory than it needs)")
+        return
+    rb.plan["offload_activations"] = True
+    rb.notes.append("--checkpoint-in-cpu: the recomputing layers' inputs in host RAM (DeepSpeed's cpu checkpointing)"
+                    + ("; with --partition-activations DeepSpeed copies them blocking, slower than the side-stream "
+                       "copies predicted" if "--partition-activations" in switches else ""))
 
 
 def _megatron_fp8(vals: dict[str, str], rb: ReadBack, where: str) -> None:
