@@ -218,3 +218,20 @@ def test_accelerate_reads_the_json_but_keeps_the_checkpoints_on_the_device(tmp_p
                           "deepspeed_config": {"deepspeed_config_file": "ds.json"}}, tmp_path, 256)
     assert rb.plan["zero"] == 3 and "offload_activations" not in rb.plan and "recompute" not in rb.plan
     assert any("checkpoints with torch" in n for n in rb.notes)
+
+
+def test_liger_is_offered_where_it_spares_the_host_ram_checkpoints():
+    """The 32k-token 7B above fits only with its checkpoints in host RAM; Liger-Kernel's chunked loss frees the
+    11.7 GiB of logits instead, at about the same speed, so the loss note is given although the gain is under
+    MIN_GAIN, and it says the checkpoints stay on the device."""
+    from gpuadvisor.ranking.loss import MIN_GAIN, chunked_loss_note
+    from gpuadvisor.ranking.rank import rank
+
+    cluster = _ram("workstation-2x4090", 1024)
+    wl = make_workload("llama-7b", seq_len=32768, global_batch=64)
+    ranking = rank(cluster, wl, top=3)
+    assert ranking.top[0].plan.offload_activations
+    note = chunked_loss_note(wl, cluster, ranking)
+    assert note is not None and note.endswith("its activation checkpoints on the device)")
+    gain = float(note.rsplit("(", 1)[1].split("%")[0]) / 100
+    assert abs(gain) < MIN_GAIN

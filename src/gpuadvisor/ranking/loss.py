@@ -56,10 +56,13 @@ def chunked_loss_note(workload: "Workload", cluster: "Cluster", ranking: "Rankin
         return (f"nothing fits with the loss holding whole logits; with {LIGER}: best plan {plan_label(alt.plan)} at "
                 f"{alt.tokens_per_s:,.0f} tokens/s")
     gain = alt.tokens_per_s / top.tokens_per_s - 1.0
-    if gain < MIN_GAIN:
+    # a top plan that fits only with its checkpoints in host RAM (rank._checkpoints_in_host_ram) against one that
+    # needs no such thing: worth the line at any gain that is not a loss
+    simpler = top.plan.offload_activations and not alt.plan.offload_activations and gain > -MIN_GAIN
+    if gain < MIN_GAIN and not simpler:
         return None
     held = (f"the loss holds {top.memory.logits / 2**30:.1f} GiB of logits, {share:.0%} of the top plan's peak"
             if share >= LOGITS_SHARE else f"the loss's logits take {one / 2**30:.1f} GiB per sequence of "
             f"{t.seq_len:,} tokens, which only some plans can hold")
     return (f"{held}; with {LIGER}: best plan {plan_label(alt.plan)} at {alt.tokens_per_s:,.0f} tokens/s "
-            f"(+{gain:.0%})")
+            f"({gain:+.0%}" + (", its activation checkpoints on the device)" if simpler else ")"))
