@@ -7,9 +7,10 @@ and sequence parallelism, expert parallelism for MoE models. Every yielded plan 
 TP communication overlap (Plan.tp_comm_overlap: Megatron's --tp-comm-overlap, torchtitan's async TP) is not
 enumerated: it needs Transformer Engine or torch.compile with symmetric memory, which neither DeepSpeed nor the
 bundled trainers run; `predict --plan ...,tp_comm_overlap=true` and config read-back price it. Megatron's expert
-all-to-all overlap (Plan.ep_overlap) likewise: `predict --plan ...,ep_overlap=true` and read-back. Activation checkpoints in
-host RAM (Plan.offload_activations, DeepSpeed's cpu_checkpointing) are not enumerated either: the ranking tries them
-only when nothing fits (ranking.rank), and `predict --plan` and a ds_config.json with cpu_checkpointing price them.
+all-to-all overlap (Plan.ep_overlap) likewise: `predict --plan ...,ep_overlap=true` and read-back. Activation
+checkpoints in host RAM (Plan.offload_activations, DeepSpeed's cpu_checkpointing) are not enumerated either: the
+ranking tries them only when nothing fits (ranking.rank), and `predict --plan` and a ds_config.json with
+cpu_checkpointing price them.
 
 Bounded by design: the work grows with the number of distinct shapes, never with the device count or the
 batch size (tests/candidates/test_bound.py). Rows <= N·G·T·P·C·M·K with

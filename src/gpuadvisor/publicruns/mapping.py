@@ -549,7 +549,7 @@ def sharding_of(run: PublicRun, dp: int, tp: int, pp: int, approximate: Collecti
     opts = f"{run.zero_stage} {run.other_opts}".lower()
     offload = bool(re.search(r"offload", opts)) and not re.search(r"no offload", opts)
     only = re.search(r"offload \(optimizer states(, activations)?\)|optimizer (states )?(offload|offloaded)", opts)
-    if offload and only and only.group(1) and offloads_activations(run):
+    if offloads_activations(run):
         _limit("offload-activations", "activation checkpoints offloaded to host RAM", approximate, notes)
     # ZeRO / FSDP / distributed optimizer with TP or PP is a Plan of its own (schemas.plan); offload is pure DP
     if not (offload and stage > 0 and tp == 1 and pp == 1):

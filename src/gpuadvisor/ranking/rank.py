@@ -144,7 +144,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     bad = np.flatnonzero(~b.feasible)
     reasons = _count_reasons(b, bad)
     smallest = b.eval(int(bad[np.argmin(b.mem_total[bad])])) if len(bad) else None
-    host_ckpt = _checkpoints_in_host_ram(rows, b, ctx, workload, rules) if len(bad) == n_timed else None
+    host_ckpt = _checkpoints_in_host_ram(rows, ctx, workload, rules) if len(bad) == n_timed else None
     if host_ckpt is not None:  # nothing fits with the checkpoints on the device: rank what fits with them in RAM
         rows, b = host_ckpt
     ok = np.flatnonzero(b.feasible)
@@ -205,7 +205,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
                    fits_nowhere=fits, notes=notes)
 
 
-def _checkpoints_in_host_ram(rows, b, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
+def _checkpoints_in_host_ram(rows, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
     """(rows, their batch) of the candidates that fit once their activation checkpoints live in host RAM
     (Plan.offload_activations, DeepSpeed's cpu_checkpointing), or None. Asked only when no candidate fits: the
     copies cost host-link time, so the enumeration does not propose them beside plans that fit (candidates

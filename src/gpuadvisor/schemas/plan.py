@@ -208,8 +208,8 @@ class Plan(Frozen):
             # checkpointing.py): only recomputing layers have such inputs, and only the models DeepSpeed's engine runs
             # call it (the bundled DeepSpeed trainer, Megatron-DeepSpeed)
             if not self.recompute:
-                raise ValueError("offload_activations moves the checkpoints of recomputing layers to host RAM and needs "
-                                 "recompute=true (full, or every k-th layer); add it or drop offload_activations")
+                raise ValueError("offload_activations moves the checkpoints of recomputing layers to host RAM and "
+                                 "needs recompute=true (full, or every k-th layer); add it or drop offload_activations")
             if not (self.zero_stage and self.tp == self.pp == self.cp == self.ep == 1
                     and self.zero_runtime == "deepspeed"):
                 raise ValueError("offload_activations is DeepSpeed's cpu_checkpointing: it needs a ZeRO stage on "
