@@ -36,13 +36,21 @@ def _pair(text=BASE, wl=None, preset=PRESET):
 
 @pytest.mark.parametrize("text, words", [
     ("dp=8,zero=3,mb=4,m=8,offload_activations=true", "needs recompute=true"),
-    ("dp=8,mb=4,m=8,recompute=true,offload_activations=true", "ZeRO stage on DeepSpeed"),
     ("dp=4,tp=2,zero=1,mb=4,m=8,recompute=true,offload_activations=true", "pure data parallelism"),
     ("dp=8,zero=3,zero_impl=fsdp,mb=4,m=8,recompute=true,offload_activations=true", "not zero_impl=fsdp"),
 ])
 def test_the_plan_refuses_what_deepspeed_does_not_run(text, words):
     with pytest.raises(ValueError, match=words):
         parse_plan(text)
+
+
+def test_without_zero_only_adapter_training_keeps_checkpoints_in_host_ram():
+    """Full training without ZeRO gets the bundled DDP trainer, torchtitan and Accelerate, none of which moves
+    checkpoints: refused for the workload. LoRA's train_lora.py wraps its steps in CheckpointHiddenStatesOffload."""
+    plan = parse_plan("dp=8,mb=1,m=32,recompute=true,offload_activations=true")
+    with pytest.raises(ValueError, match="runs in train_lora.py"):
+        check_plan_for(plan, _wl())
+    check_plan_for(plan, _wl(finetune="lora"))
 
 
 def test_the_plan_text_round_trips_and_a_cnn_is_refused():
@@ -235,3 +243,17 @@ def test_liger_is_offered_where_it_spares_the_host_ram_checkpoints():
     assert note is not None and note.endswith("its activation checkpoints on the device)")
     gain = float(note.rsplit("(", 1)[1].split("%")[0]) / 100
     assert abs(gain) < MIN_GAIN
+
+
+def test_lora_keeps_its_checkpoints_in_host_ram_through_train_lora():
+    """Llama 7B LoRA at 64k tokens with Liger's loss on two 24 GB cards and 1 TiB of RAM: nothing fits with the
+    checkpoints on the device; the ranking keeps them in host RAM, its note and the launch note name train_lora.py."""
+    from gpuadvisor.launch.build import activation_offload_notes
+    from gpuadvisor.ranking.rank import rank
+
+    wl = make_workload("llama-7b", seq_len=65536, global_batch=16, finetune="lora", kernels="liger")
+    r = rank(_ram("workstation-2x4090", 1024), wl, top=2)
+    assert r.top and all(e.plan.offload_activations for e in r.top)
+    assert any("train_lora.py runs each step inside DeepSpeed's CheckpointHiddenStatesOffload" in n for n in r.notes)
+    note = activation_offload_notes(r.top[0].plan, wl)
+    assert len(note) == 1 and "train_lora.py" in note[0] and "refuses adapters" in note[0]

@@ -197,7 +197,11 @@ def test_peft_counts_what_gpuadvisor_counts(kind, targets):
 
 # ---------------------------------------------------------------- the emitted script trains
 
-def test_train_lora_runs_two_steps_on_cpu(tmp_path):
+@pytest.mark.parametrize("offload", [False, True])
+def test_train_lora_runs_two_steps_on_cpu(tmp_path, offload):
+    """Two optimizer steps of the emitted script on CPU; with offload_activations each step runs inside DeepSpeed's
+    CheckpointHiddenStatesOffload, which marks the checkpointed decoder layers' inputs (2 layers x 2 micro-steps x 2
+    steps; a CPU has no side stream, so none is copied)."""
     pytest.importorskip("peft")
     tokenizers = pytest.importorskip("tokenizers")
     from transformers import PreTrainedTokenizerFast
@@ -213,7 +217,8 @@ def test_train_lora_runs_two_steps_on_cpu(tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"text": " ".join(words[(7 * i) % 90:][:40])}) + "\n" for i in range(8)))
 
-    plan = parse_plan("dp=1,mb=2,m=2,recompute=true", nodes=1, devices_per_node=1)
+    plan = parse_plan("dp=1,mb=2,m=2,recompute=true" + (",offload_activations=true" if offload else ""), nodes=1,
+                      devices_per_node=1)
     cl = Cluster(name="c", source="test", nodes=[node("n0", 1)])
     from gpuadvisor.schemas.workload import TrainingSettings, Workload
 
@@ -229,6 +234,7 @@ def test_train_lora_runs_two_steps_on_cpu(tmp_path):
                               "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"trainable params: {adapter_params(spec, wl.finetune):,}" in run.stdout
+    assert ("activation checkpoints: 8 inputs marked, 0 copied to host RAM" in run.stdout) == offload, run.stdout[-800:]
     assert (tmp_path / "adapter" / "adapter_config.json").exists()
     saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert saved["r"] == 4 and saved["lora_alpha"] == 8

@@ -293,14 +293,20 @@ def recompute_notes(plan: Plan) -> list[str]:
             "recompute, which needs more memory than predicted: predict them with recompute=full or none"]
 
 
-def activation_offload_notes(plan: Plan) -> list[str]:
+def activation_offload_notes(plan: Plan, workload: Workload) -> list[str]:
     """Which written files keep activation checkpoints in host RAM (Plan.offload_activations): ds_config.json's
-    cpu_checkpointing acts only where the model checkpoints through deepspeed.checkpointing."""
+    cpu_checkpointing acts only where the model checkpoints through deepspeed.checkpointing; for adapter training
+    train_lora.py wraps its steps in DeepSpeed's CheckpointHiddenStatesOffload."""
     if not plan.offload_activations:
         return []
     from . import megatron as _megatron
+    from . import peft as _peft
     from . import torchtitan as _torchtitan
 
+    if workload.finetune.adapters:
+        return [f"activation checkpoints in host RAM: {_peft.SCRIPT} runs each training step inside DeepSpeed's "
+                "CheckpointHiddenStatesOffload (transformers' checkpointed layers' inputs, side-stream copies); "
+                "launch.sh's trainer refuses adapters with it"]
     return ["activation checkpoints in host RAM: ds_config.json's activation_checkpointing.cpu_checkpointing acts "
             "where the model checkpoints through deepspeed.checkpointing.checkpoint (launch.sh's trainer; "
             "Megatron-DeepSpeed with --deepspeed-activation-checkpointing --checkpoint-in-cpu; Hugging Face models "
@@ -445,7 +451,7 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += recompute_notes(plan)
-    notes += activation_offload_notes(plan)
+    notes += activation_offload_notes(plan, workload)
     notes += placement_notes(plan, [n.name for n in nodes])
     notes += zero_impl_notes(plan, workload)
     notes += cp_notes(plan, workload)

@@ -234,12 +234,34 @@ def main():
         bf16=PRECISION == "bf16", fp16=PRECISION == "fp16",
         learning_rate=args.lr, num_train_epochs=args.epochs, max_steps=args.max_steps, logging_steps=10,
         save_strategy="no", report_to="none", ddp_find_unused_parameters=False)
-    trainer = Trainer(model=model, args=targs, train_dataset=train, data_collator=default_data_collator)
+    trainer_class = Trainer
+    if OFFLOAD_ACTIVATIONS:
+        # the checkpointed layers' inputs in pinned host RAM, copied on a side stream: DeepSpeed's
+        # CheckpointHiddenStatesOffload marks transformers' GradientCheckpointingLayer inputs for one forward and
+        # backward (non-reentrant checkpointing, as above)
+        from deepspeed.runtime.activation_checkpointing.offload_activations import (
+            get_checkpoint_hidden_states_offloading_ctx_manager)
+
+        class OffloadTrainer(Trainer):
+            marked = copied = 0  # checkpoint inputs marked, and copied to host RAM (none on a CPU)
+
+            def training_step(self, *step_args, **step_kwargs):
+                offload = get_checkpoint_hidden_states_offloading_ctx_manager()
+                with offload:
+                    loss = super().training_step(*step_args, **step_kwargs)
+                OffloadTrainer.marked += offload.stats.marked_tensors
+                OffloadTrainer.copied += offload.stats.offloaded_tensors
+                return loss
+
+        trainer_class = OffloadTrainer
+    trainer = trainer_class(model=model, args=targs, train_dataset=train, data_collator=default_data_collator)
     if getattr(trainer.accelerator.state, "fsdp_plugin", None):  # wrap trainable and frozen parameters apart (peft)
         from peft.utils.other import fsdp_auto_wrap_policy
 
         trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(trainer.model)
     trainer.train()
+    if OFFLOAD_ACTIVATIONS:
+        print(f"activation checkpoints: {trainer_class.marked} inputs marked, {trainer_class.copied} copied to host RAM")
     if trainer.is_fsdp_enabled:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(args.out)  # the adapter only (adapter_model.safetensors + adapter_config.json)
@@ -270,7 +292,11 @@ def train_script(launch: LaunchConfig, workload: Workload, *, marker: str) -> st
                if p.recompute_interval > 1 else []),
              "Start: " + shlex.join(launch_line(launch, workload, "0")) + " (node i: --machine_rank i).",
              "Needs torch, transformers >= 4.56 (the `dtype` argument), peft >= 0.13, accelerate >= 1.0"
-             + (", bitsandbytes >= 0.43.3 and a CUDA GPU." if ft.method == "qlora" else ".")]
+             + (", bitsandbytes >= 0.43.3 and a CUDA GPU." if ft.method == "qlora" else "."),
+             *(["The plan keeps the checkpointed layers' inputs in host RAM (OFFLOAD_ACTIVATIONS): each training step "
+                "runs inside DeepSpeed's CheckpointHiddenStatesOffload, which needs DeepSpeed with "
+                "deepspeed.runtime.activation_checkpointing.offload_activations (0.19.8 has it) and transformers' "
+                "GradientCheckpointingLayer."] if p.offload_activations else [])]
     if workload.model.mlp == "gelu" and {"q", "k", "v"} & set(ft.target_modules) != {"q", "k", "v"}:
         notes.append("GPT-2 fuses q, k and v in one layer (attn.c_attn): its adapter covers all three.")
     if kw.get("target_parameters"):
@@ -286,7 +312,8 @@ def train_script(launch: LaunchConfig, workload: Workload, *, marker: str) -> st
     consts = ["", "# ---- the plan (edit here, not below) ----",
               f"MODEL = {model_id!r}" + ("" if model_id else "  # no checkpoint known for this shape: pass --model"),
               f"SEQ_LEN = {t.seq_len}", f"MICRO_BATCH = {p.micro_batch_size}", f"GRAD_ACCUM = {p.num_micro_batches}",
-              f"RECOMPUTE = {p.recompute}", f"PRECISION = {t.precision!r}", f"QLORA = {ft.method == 'qlora'}",
+              f"RECOMPUTE = {p.recompute}", f"OFFLOAD_ACTIVATIONS = {p.offload_activations}",
+              f"PRECISION = {t.precision!r}", f"QLORA = {ft.method == 'qlora'}",
               f"DOUBLE_QUANT = {ft.double_quant}", f"TRAINABLE = {adapter_params(workload.model, ft)}",
               "LORA = " + json.dumps(kw).replace("true", "True").replace("false", "False").replace("null", "None")]
     consts += [f"DTYPE_NAME = {dtype!r}  # the frozen base (QLoRA under FSDP: also the NF4 storage dtype)",

@@ -176,10 +176,12 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
         fits += _adapter_hint(cluster, workload, **same_space)
     notes = []
     if host_ckpt is not None:
-        notes.append(f"nothing fits with the activation checkpoints on the device: {len(ok)} DeepSpeed plans fit "
-                     "with them in host RAM (offload_activations, ds_config.json's cpu_checkpointing; "
-                     "docs/cost-model.md, 'Activation checkpoints in host RAM'); your model must checkpoint through "
-                     "deepspeed.checkpointing for it")
+        how = ("train_lora.py runs each step inside DeepSpeed's CheckpointHiddenStatesOffload"
+               if workload.finetune.adapters else "ds_config.json's cpu_checkpointing; your model must checkpoint "
+               "through deepspeed.checkpointing for it")
+        notes.append(f"nothing fits with the activation checkpoints on the device: {len(ok)} plans fit with them in "
+                     f"host RAM (offload_activations: {how}; docs/cost-model.md, 'Activation checkpoints in host "
+                     "RAM')")
     if tops and workload.finetune.method == "full" and objective in ("throughput", "time"):
         note = _idle_note(tops[0], cluster, workload, **same_space)
         if note:
@@ -207,16 +209,17 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
 
 def _checkpoints_in_host_ram(rows, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
     """(rows, their batch) of the candidates that fit once their activation checkpoints live in host RAM
-    (Plan.offload_activations, DeepSpeed's cpu_checkpointing), or None. Asked only when no candidate fits: the
-    copies cost host-link time, so the enumeration does not propose them beside plans that fit (candidates
-    module docstring). Eligible: full training of a transformer, recomputing ZeRO rows DeepSpeed runs with pure
-    data parallelism (the Plan's rules); LoRA's hand-over checkpoints with torch, on the device."""
-    if workload.model.kind != "transformer" or workload.finetune.adapters:
+    (Plan.offload_activations: DeepSpeed's cpu_checkpointing, train_lora.py's CheckpointHiddenStatesOffload), or
+    None. Asked only when no candidate fits: the copies cost host-link time, so the enumeration does not propose them
+    beside plans that fit (candidates module docstring). Eligible (the Plan's rules, check_plan_for): recomputing
+    rows of a transformer with pure data parallelism, not on FSDP, with ZeRO unless adapters train."""
+    if workload.model.kind != "transformer":
         return None
     a = rows.array if hasattr(rows, "array") else np.asarray(rows, dtype=float)
     c = COLUMNS.index
-    ok = ((a[:, c("zero_stage")] > 0) & (a[:, c("tp")] == 1) & (a[:, c("pp")] == 1) & (a[:, c("cp")] == 1)
-          & (a[:, c("ep")] == 1) & (a[:, c("recompute")] > 0) & (a[:, c("zero_impl")] != ZERO_IMPLS.index("fsdp")))
+    ok = ((a[:, c("tp")] == 1) & (a[:, c("pp")] == 1) & (a[:, c("cp")] == 1) & (a[:, c("ep")] == 1)
+          & (a[:, c("recompute")] > 0) & (a[:, c("zero_impl")] != ZERO_IMPLS.index("fsdp"))
+          & ((a[:, c("zero_stage")] > 0) | bool(workload.finetune.adapters)))
     if not ok.any():
         return None
     sub = a[ok].copy()

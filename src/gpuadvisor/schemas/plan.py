@@ -102,8 +102,9 @@ class Plan(Frozen):
     offload_activations: bool = Field(False, description="Activation checkpoints in host RAM: each recomputing "
                                       "layer's stored input goes to pinned host memory on a side stream in the "
                                       "forward and comes back in the backward (DeepSpeed's activation_checkpointing "
-                                      "cpu_checkpointing). Needs recompute and a ZeRO stage DeepSpeed runs with pure "
-                                      "data parallelism")
+                                      "cpu_checkpointing; for Hugging Face models its CheckpointHiddenStatesOffload). "
+                                      "Needs recompute and pure data parallelism, not on FSDP; without ZeRO, adapter "
+                                      "training (check_plan_for)")
     recompute_interval: int = Field(1, ge=1, description="With recompute, checkpoint every k-th layer: 1 = every "
                                     "layer (full), 2 = every other layer (torchtitan selective_ac_option '2', "
                                     "Megatron --recompute-method block over half of each stage's layers)")
@@ -205,16 +206,16 @@ class Plan(Frozen):
                              "core's: keep one")
         if self.offload_activations:
             # DeepSpeed's cpu_checkpointing moves what its checkpoint function stores (runtime/activation_checkpointing/
-            # checkpointing.py): only recomputing layers have such inputs, and only the models DeepSpeed's engine runs
-            # call it (the bundled DeepSpeed trainer, Megatron-DeepSpeed)
+            # checkpointing.py), its CheckpointHiddenStatesOffload what transformers' checkpointed layers take: only
+            # recomputing layers have such inputs, and the hand-overs that run it are data parallel (the bundled
+            # DeepSpeed trainer, train_lora.py); FSDP's runs (torchtitan, the bundled FSDP2 path) have no such switch
             if not self.recompute:
                 raise ValueError("offload_activations moves the checkpoints of recomputing layers to host RAM and "
                                  "needs recompute=true (full, or every k-th layer); add it or drop offload_activations")
-            if not (self.zero_stage and self.tp == self.pp == self.cp == self.ep == 1
-                    and self.zero_runtime == "deepspeed"):
-                raise ValueError("offload_activations is DeepSpeed's cpu_checkpointing: it needs a ZeRO stage on "
-                                 "DeepSpeed with pure data parallelism (zero >= 1, tp = pp = cp = ep = 1, not "
-                                 "zero_impl=fsdp); change the plan or drop offload_activations")
+            if not (self.tp == self.pp == self.cp == self.ep == 1 and self.zero_impl != "fsdp"):
+                raise ValueError("offload_activations (DeepSpeed's checkpoints in host RAM) needs pure data "
+                                 "parallelism (tp = pp = cp = ep = 1), not zero_impl=fsdp; change the plan or drop "
+                                 "offload_activations")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -477,6 +478,11 @@ def check_plan_for(plan: Plan, workload: Workload) -> None:
     if plan.offload_activations and m.kind != "transformer":
         raise ValueError(f"offload_activations moves transformer layers' checkpoints; '{m.name}' is not a transformer: "
                          "drop offload_activations")
+    if plan.offload_activations and not plan.zero_stage and not workload.finetune.adapters:
+        # full training without ZeRO gets the bundled DDP trainer, torchtitan and Accelerate's files, none of which
+        # moves checkpoints; train_lora.py (adapters) wraps its steps in DeepSpeed's CheckpointHiddenStatesOffload
+        raise ValueError("offload_activations without ZeRO runs in train_lora.py (LoRA/QLoRA) only; for full "
+                         "training use zero >= 1 (DeepSpeed's cpu_checkpointing) or drop offload_activations")
     if plan.ep > 1:
         if m.kind != "transformer" or not m.n_experts:
             raise ValueError(f"ep={plan.ep} needs a mixture-of-experts model; '{m.name}' has no routed experts: use ep=1")
