@@ -261,7 +261,8 @@ def main():
         trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(trainer.model)
     trainer.train()
     if OFFLOAD_ACTIVATIONS:
-        print(f"activation checkpoints: {trainer_class.marked} inputs marked, {trainer_class.copied} copied to host RAM")
+        marked, copied = trainer_class.marked, trainer_class.copied
+        print(f"activation checkpoints: {marked} inputs marked, {copied} copied to host RAM")
     if trainer.is_fsdp_enabled:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     trainer.save_model(args.out)  # the adapter only (adapter_model.safetensors + adapter_config.json)
