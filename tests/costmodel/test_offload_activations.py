@@ -1,6 +1,7 @@
-"""Activation checkpoints in host RAM (Plan.offload_activations: DeepSpeed's cpu_checkpointing): the plan's rules, the
-memory and host-link time the engine prices, the hand-over, the read-back, the public rows that ran it and the
-trainer's use of DeepSpeed's checkpoint function."""
+"""Activation checkpoints in host RAM (Plan.offload_activations: DeepSpeed's cpu_checkpointing, train_lora.py's
+CheckpointHiddenStatesOffload): the plan's rules, the memory and host-link time the engine prices, the hand-over, the
+read-back, the public rows that ran it, the trainer's use of DeepSpeed's checkpoint function, and `suggest` trying it
+when nothing else fits."""
 from __future__ import annotations
 
 import numpy as np
