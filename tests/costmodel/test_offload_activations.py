@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpuadvisor.costmodel.analytical import Context
-from gpuadvisor.costmodel.engine import ACT_OFFLOAD_RESIDENT, _act, _activation_offload, evaluate
+from gpuadvisor.costmodel.engine import ACT_OFFLOAD_RESIDENT, _act, _activation_offload, _host_checkpoints, evaluate
 from gpuadvisor.errors import UserError
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.launch.deepspeed import deepspeed_config
@@ -100,8 +100,8 @@ def test_the_copies_by_hand():
     assert sent[0] == pytest.approx((11 + 9) * 1e9, rel=1e-12)
     _, hidden = _activation_offload(ctx, 12 * one, one, 1e9 * one, 0.100 * one)
     assert hidden[0] == pytest.approx(9 * copy, rel=1e-12)
-    in_host, none = _activation_offload(ctx, 12 * one, 0.5 * one, 1e9 * one)
-    assert in_host[0] == 3 and none[0] == 0
+    in_host = _host_checkpoints(12 * one, 0.5 * one)
+    assert in_host[0] == 3
 
 
 def test_checkpoints_beyond_host_ram_are_refused():

@@ -484,10 +484,16 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     return b
 
 
-def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd=None) -> tuple[np.ndarray, np.ndarray]:
-    """DeepSpeed's cpu_checkpointing (Plan.offload_activations) per micro-batch, as its side-stream engine runs it
-    (runtime/activation_checkpointing/offload_activations.py, DeepSpeed PR #8282, in 0.19.8): with `t_fwd` (one
-    layer's forward seconds), (host-link bytes, exposed seconds); without, (checkpoints in host RAM, 0).
+def _host_checkpoints(layers, rc) -> np.ndarray:
+    """Checkpoints per micro-batch that DeepSpeed's cpu_checkpointing keeps in host RAM (Plan.offload_activations):
+    every recomputing layer's but the ACT_OFFLOAD_RESIDENT still on the device (_activation_offload)."""
+    return np.maximum(0.0, layers * rc - ACT_OFFLOAD_RESIDENT)
+
+
+def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd) -> tuple[np.ndarray, np.ndarray]:
+    """(host-link bytes, exposed seconds) per micro-batch of DeepSpeed's cpu_checkpointing (Plan.offload_activations),
+    as its side-stream engine runs it (runtime/activation_checkpointing/offload_activations.py, DeepSpeed PR #8282, in
+    0.19.8); `ckpt`: one checkpoint's bytes, `t_fwd`: one layer's forward seconds.
 
     Each recomputing layer (layers·rc of them) hands its input (`ckpt` bytes) to the engine. The newest stays on the
     device (keep_last_count 1), the others are copied device-to-host into pinned buffers on a side stream while the
@@ -497,9 +503,7 @@ def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd=None) -> tuple[np.
     recompute needs it and the compute stream waits for it (no prefetch): every restored checkpoint is exposed.
     Bandwidth: the pinned PCIe rate of ZeRO-Offload's copies (Context.host_bw)."""
     n = layers * rc
-    restored = np.maximum(0.0, n - ACT_OFFLOAD_RESIDENT)
-    if t_fwd is None:
-        return restored, np.zeros_like(restored)
+    restored = _host_checkpoints(layers, rc)
     copy = ckpt / ctx.host_bw
     sent = np.maximum(0.0, n - 1.0) + restored  # down, all but the newest; up, all but the three resident
     return sent * ckpt, np.maximum(0.0, n - 1.0) * np.maximum(0.0, copy - t_fwd) + restored * copy
@@ -734,8 +738,8 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
         acts0 = layers * act1 * inflight + full
         acts_last = layers * act1 + full
         # DeepSpeed's cpu_checkpointing (Plan.offload_activations; pp = 1) keeps the checkpoints in host RAM but
-        # the few still on the device (_activation_offload)
-        moved = np.where(a[:, _AOFF] > 0, _activation_offload(ctx, layers, rc, ckpt)[0], 0.0) * ckpt
+        # the few still on the device (_host_checkpoints)
+        moved = np.where(a[:, _AOFF] > 0, _host_checkpoints(layers, rc) * ckpt, 0.0)
         acts0, acts_last = acts0 - moved, acts_last - moved
         logits = (chunked_loss_bytes(ctx.s, mb, ctx.V, ctx.h, ctx.act_bytes, ctx.weight_bytes, tp)
                   if ctx.chunked_loss else logits_bytes(ctx.s, mb, ctx.V, tp, fused=not ctx.eager_loss))

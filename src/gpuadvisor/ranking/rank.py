@@ -144,7 +144,7 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
     bad = np.flatnonzero(~b.feasible)
     reasons = _count_reasons(b, bad)
     smallest = b.eval(int(bad[np.argmin(b.mem_total[bad])])) if len(bad) else None
-    host_ckpt = _checkpoints_in_host_ram(rows, ctx, workload, rules) if len(bad) == n_timed else None
+    host_ckpt = _checkpoints_in_host_ram(b.a, ctx, workload, rules) if n_timed and len(bad) == n_timed else None
     if host_ckpt is not None:  # nothing fits with the checkpoints on the device: rank what fits with them in RAM
         rows, b = host_ckpt
     ok = np.flatnonzero(b.feasible)
@@ -207,15 +207,14 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
                    fits_nowhere=fits, notes=notes)
 
 
-def _checkpoints_in_host_ram(rows, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
-    """(rows, their batch) of the candidates that fit once their activation checkpoints live in host RAM
+def _checkpoints_in_host_ram(a: np.ndarray, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
+    """(rows, their batch) of the candidates (`a`: the evaluated rows' array) that fit once their activation checkpoints live in host RAM
     (Plan.offload_activations: DeepSpeed's cpu_checkpointing, train_lora.py's CheckpointHiddenStatesOffload), or
     None. Asked only when no candidate fits: the copies cost host-link time, so the enumeration does not propose them
     beside plans that fit (candidates module docstring). Eligible (the Plan's rules, check_plan_for): recomputing
     rows of a transformer with pure data parallelism, not on FSDP, with ZeRO unless adapters train."""
     if workload.model.kind != "transformer":
         return None
-    a = rows.array if hasattr(rows, "array") else np.asarray(rows, dtype=float)
     c = COLUMNS.index
     ok = ((a[:, c("tp")] == 1) & (a[:, c("pp")] == 1) & (a[:, c("cp")] == 1) & (a[:, c("ep")] == 1)
           & (a[:, c("recompute")] > 0) & (a[:, c("zero_impl")] != ZERO_IMPLS.index("fsdp"))
