@@ -140,6 +140,9 @@ def test_the_read_back_takes_cpu_checkpointing_as_the_plan():
         read_deepspeed({**data, "zero_optimization": {"stage": 0}})
     with pytest.raises(UserError, match="unknown key 'cpu_checkpoint'"):
         read_deepspeed({**data, "activation_checkpointing": {"cpu_checkpoint": True}})
+    # DeepSpeed reads the switch as Python truth, so the string "false" would turn it on: only booleans are taken
+    with pytest.raises(UserError, match="cpu_checkpointing must be true or false, got 'false'"):
+        read_deepspeed({**data, "activation_checkpointing": {"cpu_checkpointing": "false"}})
 
 
 def test_deepspeeds_azure_rows_keep_their_checkpoints_in_host_ram():

@@ -204,6 +204,8 @@ def _read_activation_checkpointing(rb: ReadBack, ac: Any, stage: int, where: str
     for k in ac:
         if k not in known:
             raise _unknown(f"{where} activation_checkpointing", k, known)
+        if k != "number_checkpoints" and ac[k] is not None and not isinstance(ac[k], bool):
+            raise UserError(f"{where}: activation_checkpointing.{k} must be true or false, got {str(ac[k])[:40]!r}")
     if not applies:
         rb.json_cpu_checkpointing = bool(ac.get("cpu_checkpointing"))
         return
