@@ -77,8 +77,10 @@ def gemm_curve(device_name: str, spec_key: Optional[str] = None, generic: bool =
                      float(f.get("attn_rel_flash3", cudnn)))
 
 
-def pcie_host_bandwidth(gen: Optional[int], cal: Optional[dict] = None) -> float:
-    """Pinned host<->device copy bandwidth (GB/s) for a PCIe generation (x16)."""
+def pcie_host_bandwidth(gen: Optional[int], cal: Optional[dict] = None, width: Optional[int] = None) -> float:
+    """Pinned host<->device copy bandwidth (GB/s) for a PCIe generation, at x16 or scaled to a narrower link's
+    `width` (lanes carry the bytes: an x8 slot moves half)."""
     cal = cal or load_calibration()
     table = cal["offload"]["pcie_host_gb_per_s"]
-    return float(table.get(gen, table.get(str(gen), table["default"])) if gen else table["default"])
+    x16 = float(table.get(gen, table.get(str(gen), table["default"])) if gen else table["default"])
+    return x16 * min(width, 16) / 16 if width else x16

@@ -198,7 +198,10 @@ class Context:
         self.cuda_ctx, self.nccl_peer = float(mc["cuda_context_bytes"]), float(mc["nccl_bytes_per_peer"])
         self.frag, self.host_usable = float(mc["fragmentation"]), float(mc["host_ram_usable"])
         off = cal["offload"]
-        self.host_bw = pcie_host_bandwidth(dev.pcie_gen, cal) * 1e9
+        # the link the device and its slot train to (NVML's current generation drops at idle, as hardware.catalog
+        # reads it for device links), at its width: an x8 slot halves ZeRO-Offload's copies
+        self.host_bw = pcie_host_bandwidth(dev.pcie_gen_max or dev.pcie_gen, cal,
+                                           dev.pcie_width_max or dev.pcie_width) * 1e9
         self.cpu_adam_rate = float(off["cpu_adam_params_per_s_per_core"])
         self.host_ram = min((n.cpu.ram_bytes for n in cluster.nodes), default=0)
         self.cpu_cores = min((n.cpu.cores for n in cluster.nodes), default=1)
