@@ -104,6 +104,8 @@ def test_zero3_optimizer_only_offload_keeps_the_parameter_partition(gpus):
     p_model = wl.model.params
     assert e.mem.weights == pytest.approx(2 * p_model / gpus, rel=1e-6)
     assert e.mem.gradients == 0 and e.mem.optimizer == 0
-    assert e.mem.host == pytest.approx(16 * p_model / gpus, rel=1e-6)
+    # ... and the plan's host RAM adds the 16-bit gradient partition ZeRO-3 keeps there under offload_optimizer
+    # (stage3.py grad_partitions_flat_buffer on self.device, the CPU), which the estimator leaves to its 1.5x factor
+    assert e.mem.host == pytest.approx((16 + 2) * p_model / gpus, rel=1e-6)
     full = evaluate(plan.model_copy(update={"zero_offload_param": True}), Context(clus, wl))
-    assert full.mem.weights == 0 and full.mem.host == pytest.approx(18 * p_model / gpus, rel=1e-6)
+    assert full.mem.weights == 0 and full.mem.host == pytest.approx((18 + 2) * p_model / gpus, rel=1e-6)

@@ -38,8 +38,9 @@ REASONS = (None, "out of device memory", "out of host memory for offload")
 # NCCL channel buffers grown on demand).
 MEMORY_TIGHT = 0.90
 _GB = 1e9
-# bytes of one FP8 element (E4M3 or E5M2)
+# bytes of one FP8 element (E4M3 or E5M2), and of one fp32 element (master weights and their gradients)
 FP8_BYTES = 1.0
+FP32_BYTES = 4.0
 # checkpoints DeepSpeed's cpu_checkpointing leaves on the device: the newest (keep_last_count=1) and the two whose
 # device tensors its forward stash still holds (max_fwd_stash_count=2): _ActivationOffloadEngine as checkpointing.py
 # builds it (DeepSpeed 0.19.8, runtime/activation_checkpointing/offload_activations.py)
@@ -780,7 +781,23 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     heavier = p1["_total"] > p0["_total"]
     parts = {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
     parts["host"] = parts["host"] + moved  # pinned host buffers of the offloaded checkpoints
+    dev, host = _offload_host_buffers(ctx, st["train_first"] / dp, m, zero, off)
+    parts["comm_buffers"] = parts["comm_buffers"] + dev
+    parts["host"] = parts["host"] + host
     return parts
+
+
+def _offload_host_buffers(ctx: Context, n_opt, m, zero, off):
+    """(device bytes, host bytes) of the buffers ZeRO-Offload's gradient copies go through (DeepSpeed 0.19.8;
+    _offload_gradient_copies), for a partition of `n_opt` parameters: stage 3's gradient partition in host RAM
+    (stage3.py grad_partitions_flat_buffer, the model's dtype), stage 1/2's host accumulation buffers once there is
+    accumulation (accumulated_grads_in_cpu), and stage 1/2's two staging buffers of the largest trainable tensor,
+    one on the device and one in host RAM (temp_grad_buffer_for_gpu_offload / _for_cpu_offload). DeepSpeed's
+    estimators (estimate_zero2/3_model_states_mem_needs) count none of them."""
+    z12 = off & (zero < 3)
+    staging = np.where(z12, ctx.largest_tensor * ctx.weight_bytes, 0.0)
+    acc = np.where(off & ((zero >= 3) | (m > 1)), n_opt * ctx.grad_bytes_zero, 0.0)
+    return staging, acc + staging
 
 
 def _sharded(x, exp_frac, dp, edp):
@@ -1236,12 +1253,55 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)
     cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
     cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
-    # grads down, params up (+ with offload_param, ZeRO-3 fetches of the weight partition, fwd and bwd, per
-    # micro-batch; with the optimizer alone offloaded the partition stays on the device)
-    copies = 2 * n_opt * 2 + np.where(offp, m * 2 * w_dev / dp, 0.0)
-    offload = np.where(off, cpu_adam + copies / ctx.host_bw, 0.0)
+    # the gradients' copies to host RAM, beside the backward or not (_offload_gradient_copies); the reduction
+    # already on that stream: the micro-step's reduce (stage 1 the boundary's), ZeRO-3's reduce-scatter
+    busy = np.where(multi, np.where(zero >= 3, g.rs(n_dev * ctx.z3_grad_bytes), np.where(zero == 1, t1, t2)), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = np.where(zero >= 3, 1.0 / np.maximum(layers, 1.0), np.minimum(1.0, zbucket / np.maximum(zgb, 1e-30)))
+    grads_s, grads_b = _offload_gradient_copies(ctx, n_opt, m, zero, ovl, window, busy, tail)
+    # after CPU Adam the updated 16-bit partition goes back up to the device, exposed; with offload_param it stays
+    # in host RAM (the update writes it there) and ZeRO-3 fetches it instead, fwd and bwd, every micro-batch
+    up = np.where(offp, m * 2 * w_dev / dp, n_opt * ctx.weight_bytes)
+    offload = np.where(off, cpu_adam + up / ctx.host_bw + grads_s, 0.0)
     opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
-    return exposed, sent, offload, opt, np.where(off, copies, 0.0)
+    return exposed, sent, offload, opt, np.where(off, up + grads_b, 0.0)
+
+
+def _offload_gradient_copies(ctx: Context, n_opt, m, zero, ovl, window, busy, tail):
+    """(exposed seconds, host-link bytes) per step of ZeRO-Offload's gradient copies to and from host RAM, for the
+    `n_opt` parameters of a rank's partition, as DeepSpeed 0.19.8 runs them (`_offload_host_buffers`: their buffers).
+
+    Stages 1 and 2 (runtime/zero/stage_1_and_2.py): with accumulation (m > 1) every micro-step copies the
+    partition's gradients down to a host buffer in the model's dtype (data_types.grad_accum_dtype's default) and,
+    from the second on, first back up to add them on the device (async_accumulate_grad_in_cpu_via_gpu: m down,
+    m − 1 up; stage 1 reduces at the boundary only: one each). The host waits for one parameter's copies before
+    it queues the next's (_wait_for_offload_copies, an event.synchronize()), so the backward queues no more work and
+    none of them hides. At the boundary the fp32 gradient goes down (async_inplace_copy_grad_to_fp32_buffer_from_gpu,
+    `.to(float32)` on the device first): after the others with m > 1, else on the reduction stream beside the backward.
+    Stage 3 (runtime/zero/stage3.py partition_grads) keeps the partition's gradient buffer in host RAM (self.device
+    is the CPU under offload_optimizer): each micro-step copies the reduce-scattered gradient down and back up
+    (the add is done on the device, then copied down again), and the boundary sends the fp32 gradient
+    (_offload_grad_partition_at_boundary); all on the reduce-and-partition stream, which the backward outruns by a
+    few buckets at most (max_param_reduce_events).
+    Copies on a stream hide behind the micro-step's backward `window` less the reduction already on it (`busy`),
+    but the share `tail` of the last layer or bucket, which has no backward left (_overlapped, without contention:
+    the copy engines run them); `ovl` off (overlap_comm false) puts that stream on the compute stream."""
+    bw = ctx.host_bw
+    gb = ctx.grad_bytes_zero
+    many = m > 1
+    z3 = zero >= 3
+    free = np.maximum(0.0, window - busy)
+
+    def beside(c):
+        return np.where(ovl, _overlapped(c, c * tail, free, 0.0), c)
+    mb_s = n_opt * 2.0 * gb / bw                       # stage 3: one micro-step's copies down and up
+    fp32_s = n_opt * FP32_BYTES / bw                   # the boundary's fp32 gradient
+    z3_s = (m - 1.0) * beside(mb_s) + beside(mb_s + fp32_s)
+    # stages 1/2: down and up per micro-step (m + m − 1 transfers; stage 1 two) and the fp32, all waited for
+    acc = np.where(zero == 2, 2.0 * m - 1.0, 2.0)
+    z12_s = np.where(many, n_opt * acc * gb / bw + fp32_s, beside(fp32_s))
+    moved = n_opt * (np.where(z3, 2.0 * m, np.where(many, acc, 0.0)) * gb + FP32_BYTES)
+    return np.where(z3, z3_s, z12_s), moved
 
 
 def _features(ctx: Context, a: np.ndarray, g_tp: _G, g_dp: _G, g_pp: _G) -> dict:

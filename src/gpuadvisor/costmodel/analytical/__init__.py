@@ -289,6 +289,11 @@ class Context:
             self.hf_traffic = (0.0, 0.0)
             self.layer_tensors = []  # a generic model's parameter tensors are not known: not priced
             self._finetune(workload, cal)
+        # the largest trainable tensor, by which DeepSpeed ZeRO-1/2 under offload sizes its two gradient staging
+        # buffers (stage_1_and_2.py temp_grad_buffer_for_gpu_offload / _for_cpu_offload): a language model's
+        # vocabulary matrix, else its largest layer tensor; an adapter's r x d matrices are too small to count
+        self.largest_tensor = 0.0 if self.adapters else float(max([*self.layer_tensors,
+                                                                   self.V * self.h if self.transformer else 0]))
         self.ds_gather_s = float(ov["deepspeed_zero3_gather_us"]) * 1e-6
         self.ds_reduce_s = float(ov["deepspeed_zero3_reduce_us"]) * 1e-6
         # DeepSpeed ZeRO-3 gathers Linear by Linear once the model outgrows its live-parameter cap (ds_gathers) ...
