@@ -95,10 +95,10 @@ def test_the_copies_by_hand():
     ctx = Context(load_preset(PRESET), _wl())
     copy = 1e9 / ctx.host_bw
     one = np.ones(1)
-    sent, t = _activation_offload(ctx, 12 * one, one, 1e9 * one, 0.010 * one)
+    sent, t = _activation_offload(12 * one, one, 1e9 * one, 0.010 * one, ctx.host_bw)
     assert t[0] == pytest.approx(11 * (copy - 0.010) + 9 * copy, rel=1e-12)
     assert sent[0] == pytest.approx((11 + 9) * 1e9, rel=1e-12)
-    _, hidden = _activation_offload(ctx, 12 * one, one, 1e9 * one, 0.100 * one)
+    _, hidden = _activation_offload(12 * one, one, 1e9 * one, 0.100 * one, ctx.host_bw)
     assert hidden[0] == pytest.approx(9 * copy, rel=1e-12)
     in_host = _host_checkpoints(12 * one, 0.5 * one)
     assert in_host[0] == 3

@@ -114,3 +114,49 @@ def test_host_copies_run_at_the_slots_width_and_trained_generation():
         d.model_copy(update={"pcie_gen": 1, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16})
         for d in n.devices]}) for n in box.nodes]})
     assert Context(idle, wl).host_bw == pytest.approx(full)
+
+
+def _matrix_cluster(rows, name):
+    return cluster_from_dict({"nodes": [{"gpus": f"{len(rows)}x V100-SXM2-32GB", "pcie": {"gen": 3, "width": 16},
+                                         "topology": {"matrix": rows}, "cpu": {"cores": 40, "ram_gib": 512}}]},
+                             name=name)
+
+
+def test_ranks_behind_one_pcie_switch_share_its_uplink_to_the_host():
+    """DGX-1's PCIe view (`nvidia-smi topo -mp`, a real capture: tests/fixtures/topo) puts two GPUs on each switch
+    (PIX pairs): ZeRO-Offload's copies from both share its uplink. Seed 001's four A6000s reach each other through
+    switches only (PXB/PIX): one uplink for all four. A PHB box (each card on its own root port) and an NVLink one
+    (whose PCIe path topo -m hides) share nothing."""
+    from pathlib import Path
+
+    from gpuadvisor.costmodel.analytical.comm import host_uplink_sharing
+    from gpuadvisor.probe.topo import parse_topo
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "topo"
+            / "05_dgx1-topo-mp-pcie-only-no-nv-legend.txt").read_text()
+    m = parse_topo(text)
+    rows = [["X" if i == j else m.gpu_link(i, j).token for j in range(8)] for i in range(8)]
+    dgx1 = _matrix_cluster(rows, "dgx1-pcie")
+    assert host_uplink_sharing(dgx1) == [1, 1, 2, 2, 2, 2, 2, 2, 2]
+    assert host_uplink_sharing(load_preset("a6000-4x-pcie")) == [1, 1, 2, 3, 4]
+    for preset in ("workstation-2x4090", "dgx-a100-8x"):
+        assert set(host_uplink_sharing(load_preset(preset))) == {1}
+    # the offload's copies: the 16-bit weights up after the step, at half the slot's rate on DGX-1's pairs
+    wl = make_workload("1.3B", seq_len=1024, global_batch=64)
+    own = _matrix_cluster([["X" if i == j else "PHB" for j in range(8)] for i in range(8)], "own-root-ports")
+    plan = "dp=8,zero=2,offload=true,mb=8,m=1"
+    shared, alone = evaluate(parse_plan(plan), Context(dgx1, wl)), evaluate(parse_plan(plan), Context(own, wl))
+    ctx = Context(own, wl)
+    up = ctx.params / 8 * ctx.weight_bytes / ctx.host_bw
+    assert shared.offload_s - alone.offload_s >= up  # the weights' trip alone takes twice as long
+    assert shared.link_bytes["host"] == alone.link_bytes["host"]
+
+
+def test_seed_001_zero3_offload_on_four_a6000s_is_worse_than_zero2():
+    """Seed 001 §IV-C: on its four PCIe A6000s, ZeRO-3 offload is "comparable or worse" than stage 2. Its GPUs share
+    one switch uplink, so the offload's copies share it four ways: the 300M GPT's ZeRO-3 offload runs at ~0.7 of
+    ZeRO-2 (it was level with it, 1.01, before the uplink was shared)."""
+    ctx = Context(load_preset("a6000-4x-pcie"), make_workload("gpt-300m", global_batch=16))
+    off = evaluate(parse_plan("dp=4,zero=3,offload=true,mb=1,m=4"), ctx)
+    z2 = evaluate(parse_plan("dp=4,zero=2,mb=1,m=4"), ctx)
+    assert off.tps < 0.85 * z2.tps

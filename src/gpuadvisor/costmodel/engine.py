@@ -442,8 +442,8 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     # activation checkpoints in host RAM (Plan.offload_activations, pure data parallelism): the copies the backward
     # waits for, per micro-batch, with the optimizer offload's host traffic
     if aoff.any() and ctx.transformer:
-        moved, t_ao = _activation_offload(ctx, layers, rc, _act(ctx, mb, tp, sp, np.ones_like(sp)),
-                                          t_layer * ctx.fwd_frac / (1.0 + rc * ctx.fwd_frac))
+        moved, t_ao = _activation_offload(layers, rc, _act(ctx, mb, tp, sp, np.ones_like(sp)),
+                                          t_layer * ctx.fwd_frac / (1.0 + rc * ctx.fwd_frac), _host_bw(ctx, gpn))
         offload = offload + np.where(aoff, m * t_ao, 0.0)
         host_bytes = host_bytes + np.where(aoff, m * moved, 0.0)
     z3_total = m * z3_mb
@@ -491,7 +491,14 @@ def _host_checkpoints(layers, rc) -> np.ndarray:
     return np.maximum(0.0, layers * rc - ACT_OFFLOAD_RESIDENT)
 
 
-def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd) -> tuple[np.ndarray, np.ndarray]:
+def _host_bw(ctx: Context, gpn) -> np.ndarray:
+    """Bytes/s of each rank's copies to and from host RAM: the pinned rate of its PCIe slot (Context.host_bw) over
+    the ranks of its node that share the slot's switch uplink and copy at the same time (Context.host_sharing)."""
+    g = np.clip(np.asarray(gpn, dtype=np.int64), 1, len(ctx.host_sharing) - 1)
+    return ctx.host_bw / ctx.host_sharing[g]
+
+
+def _activation_offload(layers, rc, ckpt, t_fwd, bw) -> tuple[np.ndarray, np.ndarray]:
     """(host-link bytes, exposed seconds) per micro-batch of DeepSpeed's cpu_checkpointing (Plan.offload_activations),
     as its side-stream engine runs it (runtime/activation_checkpointing/offload_activations.py, DeepSpeed PR #8282, in
     0.19.8); `ckpt`: one checkpoint's bytes, `t_fwd`: one layer's forward seconds.
@@ -502,10 +509,10 @@ def _activation_offload(ctx: Context, layers, rc, ckpt, t_fwd) -> tuple[np.ndarr
     2), so the backward takes those three without a copy: the rest live in host RAM. A forward copy shows only where
     it outlasts a layer's forward. The backward's restore_input issues the host-to-device copy when the layer's
     recompute needs it and the compute stream waits for it (no prefetch): every restored checkpoint is exposed.
-    Bandwidth: the pinned PCIe rate of ZeRO-Offload's copies (Context.host_bw)."""
+    Bandwidth `bw`: ZeRO-Offload's copies' (_host_bw)."""
     n = layers * rc
     restored = _host_checkpoints(layers, rc)
-    copy = ckpt / ctx.host_bw
+    copy = ckpt / bw
     sent = np.maximum(0.0, n - 1.0) + restored  # down, all but the newest; up, all but the three resident
     return sent * ckpt, np.maximum(0.0, n - 1.0) * np.maximum(0.0, copy - t_fwd) + restored * copy
 
@@ -1258,16 +1265,17 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     busy = np.where(multi, np.where(zero >= 3, g.rs(n_dev * ctx.z3_grad_bytes), np.where(zero == 1, t1, t2)), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tail = np.where(zero >= 3, 1.0 / np.maximum(layers, 1.0), np.minimum(1.0, zbucket / np.maximum(zgb, 1e-30)))
-    grads_s, grads_b = _offload_gradient_copies(ctx, n_opt, m, zero, ovl, window, busy, tail)
+    bw = _host_bw(ctx, gpn)
+    grads_s, grads_b = _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, ctx.grad_bytes_zero)
     # after CPU Adam the updated 16-bit partition goes back up to the device, exposed; with offload_param it stays
     # in host RAM (the update writes it there) and ZeRO-3 fetches it instead, fwd and bwd, every micro-batch
     up = np.where(offp, m * 2 * w_dev / dp, n_opt * ctx.weight_bytes)
-    offload = np.where(off, cpu_adam + up / ctx.host_bw + grads_s, 0.0)
+    offload = np.where(off, cpu_adam + up / bw + grads_s, 0.0)
     opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
     return exposed, sent, offload, opt, np.where(off, up + grads_b, 0.0)
 
 
-def _offload_gradient_copies(ctx: Context, n_opt, m, zero, ovl, window, busy, tail):
+def _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, gb):
     """(exposed seconds, host-link bytes) per step of ZeRO-Offload's gradient copies to and from host RAM, for the
     `n_opt` parameters of a rank's partition, as DeepSpeed 0.19.8 runs them (`_offload_host_buffers`: their buffers).
 
@@ -1285,9 +1293,8 @@ def _offload_gradient_copies(ctx: Context, n_opt, m, zero, ovl, window, busy, ta
     few buckets at most (max_param_reduce_events).
     Copies on a stream hide behind the micro-step's backward `window` less the reduction already on it (`busy`),
     but the share `tail` of the last layer or bucket, which has no backward left (_overlapped, without contention:
-    the copy engines run them); `ovl` off (overlap_comm false) puts that stream on the compute stream."""
-    bw = ctx.host_bw
-    gb = ctx.grad_bytes_zero
+    the copy engines run them); `ovl` off (overlap_comm false) puts that stream on the compute stream. `bw`: the
+    rank's host-link bytes/s (_host_bw); `gb`: bytes of a 16-bit (the model's dtype) gradient."""
     many = m > 1
     z3 = zero >= 3
     free = np.maximum(0.0, window - busy)

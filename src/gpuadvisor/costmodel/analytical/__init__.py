@@ -202,6 +202,8 @@ class Context:
         # reads it for device links), at its width: an x8 slot halves ZeRO-Offload's copies
         self.host_bw = pcie_host_bandwidth(dev.pcie_gen_max or dev.pcie_gen, cal,
                                            dev.pcie_width_max or dev.pcie_width) * 1e9
+        # ... shared by the ranks behind one PCIe switch tree: per ranks-per-node count (comm.host_uplink_sharing)
+        self.host_sharing = np.array(C.host_uplink_sharing(cluster), dtype=float)
         self.cpu_adam_rate = float(off["cpu_adam_params_per_s_per_core"])
         self.host_ram = min((n.cpu.ram_bytes for n in cluster.nodes), default=0)
         self.cpu_cores = min((n.cpu.cores for n in cluster.nodes), default=1)

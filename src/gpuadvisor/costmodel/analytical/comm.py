@@ -419,6 +419,37 @@ class Topology:
 _NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
 
 
+def host_uplink_sharing(cluster: Cluster) -> list[int]:
+    """For g = 0..(most devices in a node): how many of a node's first g devices share one PCIe path to the host,
+    at most (the worst node).
+
+    Devices that `nvidia-smi topo -m` joins by PIX or PXB reach each other through PCIe switches without the host
+    bridge: they hang off one switch tree, whose uplink to the CPU they share (PHB, NODE and SYS pairs each have their
+    own root port). Data-parallel ranks copy to and from host RAM together (ZeRO-Offload, host-RAM checkpoints), so
+    each gets 1/n of that uplink, taken here as wide as one device's slot. Ranks sit on a node's devices in index
+    order (launch: local rank = device). NVLink pairs show NV#, which hides their PCIe path: counted as not
+    sharing."""
+    most = max((len(n.devices) for n in cluster.nodes), default=0)
+    share = [1] * (most + 1)
+    for node in cluster.nodes:
+        order = sorted(d.index for d in node.devices)
+        parent = {i: i for i in order}
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+        for link in node.links:
+            if link.link_class in (LinkClass.PIX, LinkClass.PXB) and link.a in parent and link.b in parent:
+                parent[root(link.a)] = root(link.b)
+        for g in range(1, most + 1):
+            used = order[:g]
+            roots = [root(i) for i in used]
+            share[g] = max(share[g], max(roots.count(r) for r in roots))
+    return share
+
+
 def rail_nics(node: Node, cluster: Cluster) -> list[Nic]:
     """The NICs of `node` that carry the job's inter-node traffic as rails, or [] for one shared NIC.
 
