@@ -1258,21 +1258,32 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
                                                               np.where(zero == 2, (m * np.where(deepspeed, 2.0, 1.0)
                                                                                    + 1) * frac * zgb, 0.0)))
     sent = np.where(fsdp_stage, frac * (n_dev * ctx.z3_grad_bytes + w_dev), sent)
-    cores = np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, gpn))
-    cpu_adam = n_opt / (ctx.cpu_adam_rate * cores)
+    opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
+    offload, host = np.zeros(len(dp)), np.zeros(len(dp))
+    if not off.any():
+        return exposed, sent, offload, opt, host
+    i = np.flatnonzero(off)  # the offload rows only (few of a batch)
+
+    def pick(x):
+        return np.broadcast_to(x, off.shape)[i]
+    o_dp, o_m, o_zero, o_n, o_gpn = pick(dp), pick(m), pick(zero), pick(n_opt), pick(gpn)
+    cpu_adam = o_n / (ctx.cpu_adam_rate * np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, o_gpn)))
     # the gradients' copies to host RAM, beside the backward or not (_offload_gradient_copies); the reduction
     # already on that stream: the micro-step's reduce (stage 1 the boundary's), ZeRO-3's reduce-scatter
-    busy = np.where(multi, np.where(zero >= 3, g.rs(n_dev * ctx.z3_grad_bytes), np.where(zero == 1, t1, t2)), 0.0)
+    busy = np.where(pick(multi), np.where(o_zero >= 3, pick(rs_stage - per_unit),
+                                          np.where(o_zero == 1, pick(t1), pick(t2))), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        tail = np.where(zero >= 3, 1.0 / np.maximum(layers, 1.0), np.minimum(1.0, zbucket / np.maximum(zgb, 1e-30)))
-    bw = _host_bw(ctx, gpn)
-    grads_s, grads_b = _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, ctx.grad_bytes_zero)
+        tail = np.where(o_zero >= 3, 1.0 / np.maximum(pick(layers), 1.0),
+                        np.minimum(1.0, pick(zbucket) / np.maximum(pick(zgb), 1e-30)))
+    bw = _host_bw(ctx, o_gpn)
+    grads_s, grads_b = _offload_gradient_copies(o_n, o_m, o_zero, pick(ovl), pick(window), busy, tail, bw,
+                                                ctx.grad_bytes_zero)
     # after CPU Adam the updated 16-bit partition goes back up to the device, exposed; with offload_param it stays
     # in host RAM (the update writes it there) and ZeRO-3 fetches it instead, fwd and bwd, every micro-batch
-    up = np.where(offp, m * 2 * w_dev / dp, n_opt * ctx.weight_bytes)
-    offload = np.where(off, cpu_adam + up / bw + grads_s, 0.0)
-    opt = np.where(off, 0.0, n_opt * ctx.adam_bpp / ctx.mem_bw)  # GPU Adam is memory-bound (compute.adam_time_s)
-    return exposed, sent, offload, opt, np.where(off, up + grads_b, 0.0)
+    up = np.where(pick(offp), o_m * 2 * pick(w_dev) / o_dp, o_n * ctx.weight_bytes)
+    offload[i] = cpu_adam + up / bw + grads_s
+    host[i] = up + grads_b
+    return exposed, sent, offload, opt, host
 
 
 def _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, gb):
