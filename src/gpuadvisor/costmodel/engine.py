@@ -1298,14 +1298,14 @@ def _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, gb):
     none of them hides. At the boundary the fp32 gradient goes down (async_inplace_copy_grad_to_fp32_buffer_from_gpu,
     `.to(float32)` on the device first): after the others with m > 1, else on the reduction stream beside the backward.
     Stage 3 (runtime/zero/stage3.py partition_grads) keeps the partition's gradient buffer in host RAM (self.device
-    is the CPU under offload_optimizer): each micro-step copies the reduce-scattered gradient down and back up
-    (the add is done on the device, then copied down again), and the boundary sends the fp32 gradient
+    is the CPU under offload_optimizer): each micro-step moves it once each way (the first copies it down and back
+    up; the later ones bring the sum up, add on the device and copy down), and the boundary sends the fp32 gradient
     (_offload_grad_partition_at_boundary); all on the reduce-and-partition stream, which the backward outruns by a
     few buckets at most (max_param_reduce_events).
     Copies on a stream hide behind the micro-step's backward `window` less the reduction already on it (`busy`),
     but the share `tail` of the last layer or bucket, which has no backward left (_overlapped, without contention:
     the copy engines run them); `ovl` off (overlap_comm false) puts that stream on the compute stream. `bw`: the
-    rank's host-link bytes/s (_host_bw); `gb`: bytes of a 16-bit (the model's dtype) gradient."""
+    rank's host-link bytes/s (_host_bw); `gb`: bytes of one gradient in the model's dtype (2 with bf16/fp16)."""
     many = m > 1
     z3 = zero >= 3
     free = np.maximum(0.0, window - busy)
