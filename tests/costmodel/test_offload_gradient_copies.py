@@ -19,6 +19,12 @@ def _ctx(seq=1024):
     return Context(load_preset("dgx-a100-8x"), make_workload("llama-3.1-8b", seq_len=seq, global_batch=256))
 
 
+def _rank_bw(ctx):
+    """A DGX A100 rank's host copies: the Gen4 x16 rate over the two GPUs of its PCIe switch."""
+    assert ctx.host_sharing[8] == 2
+    return ctx.host_bw / 2
+
+
 def _run(ctx, text):
     return evaluate(parse_plan(text), ctx)
 
@@ -28,7 +34,7 @@ def test_stage2_copies_every_micro_step_and_waits_for_them():
     (async_accumulate_grad_in_cpu_via_gpu), none hidden: the host waits for each (_wait_for_offload_copies)."""
     ctx = _ctx()
     n_opt = ctx.params / 8
-    one_copy = n_opt * ctx.grad_bytes_zero / ctx.host_bw
+    one_copy = n_opt * ctx.grad_bytes_zero / _rank_bw(ctx)
     s = {m: _run(ctx, f"dp=8,zero=2,offload=true,mb=2,m={m},recompute=true") for m in (1, 2, 4)}
     # two more micro-steps, four more transfers, all exposed
     assert s[4].offload_s - s[2].offload_s == pytest.approx(4 * one_copy, rel=1e-9)
@@ -46,7 +52,7 @@ def test_stage3_copies_hide_behind_a_long_backward_unless_overlap_is_off():
     A 4k-token micro-batch's backward hides all but the last layer's share; overlap_comm false shows them all."""
     ctx = _ctx(seq=4096)
     n_opt = ctx.params / 8
-    per_micro = n_opt * 2 * ctx.grad_bytes_zero / ctx.host_bw
+    per_micro = n_opt * 2 * ctx.grad_bytes_zero / _rank_bw(ctx)
     plan = "dp=8,zero=3,offload=optimizer,mb=2,m={m},recompute=true"
     two, four = (_run(ctx, plan.format(m=m)) for m in (2, 4))
     assert four.offload_s - two.offload_s == pytest.approx(2 * per_micro / ctx.L, rel=1e-6)
@@ -125,8 +131,8 @@ def _matrix_cluster(rows, name):
 def test_ranks_behind_one_pcie_switch_share_its_uplink_to_the_host():
     """DGX-1's PCIe view (`nvidia-smi topo -mp`, a real capture: tests/fixtures/topo) puts two GPUs on each switch
     (PIX pairs): ZeRO-Offload's copies from both share its uplink. Seed 001's four A6000s reach each other through
-    switches only (PXB/PIX): one uplink for all four. A PHB box (each card on its own root port) and an NVLink one
-    (whose PCIe path topo -m hides) share nothing."""
+    switches only (PXB/PIX): one uplink for all four. The DGX A100 preset says two per switch; a PHB box (each card
+    on its own root port) and the H100 preset (a switch per GPU) share nothing."""
     from pathlib import Path
 
     from gpuadvisor.costmodel.analytical.comm import host_uplink_sharing
@@ -139,7 +145,8 @@ def test_ranks_behind_one_pcie_switch_share_its_uplink_to_the_host():
     dgx1 = _matrix_cluster(rows, "dgx1-pcie")
     assert host_uplink_sharing(dgx1) == [1, 1, 2, 2, 2, 2, 2, 2, 2]
     assert host_uplink_sharing(load_preset("a6000-4x-pcie")) == [1, 1, 2, 3, 4]
-    for preset in ("workstation-2x4090", "dgx-a100-8x"):
+    assert host_uplink_sharing(load_preset("dgx-a100-8x")) == [1, 1, 2, 2, 2, 2, 2, 2, 2]  # pcie.devices_per_switch
+    for preset in ("workstation-2x4090", "hgx-h100-8x-8nodes-ib-ndr"):
         assert set(host_uplink_sharing(load_preset(preset))) == {1}
     # the offload's copies: the 16-bit weights up after the step, at half the slot's rate on DGX-1's pairs
     wl = make_workload("1.3B", seq_len=1024, global_batch=64)

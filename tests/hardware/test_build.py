@@ -121,3 +121,42 @@ def test_cpu_ranks():
     assert node.devices[0].peak_tflops_fp32 == 0.07 and node.devices[0].rate_source == "measured"
     assert node.link(0, 1).bandwidth_gb_per_s == pytest.approx(1.3)
     assert node.link(0, 1).latency_us == pytest.approx(150.0)
+
+
+def test_a_dgx_a100_probe_knows_which_gpus_share_a_pcie_switch():
+    """The DGX A100 capture (tests/fixtures/topo/06) prints NV12 between all GPUs, but its NIC columns put GPU pairs
+    PXB to the same ConnectX ports: the built devices carry their switch, and host copies split its uplink."""
+    from pathlib import Path
+
+    from gpuadvisor.costmodel.analytical.comm import host_uplink_sharing
+    from gpuadvisor.probe.topo import parse_topo
+
+    topo = parse_topo((Path(__file__).resolve().parents[1] / "fixtures" / "topo"
+                       / "06_dgx-a100-nv12-12xmlx5-named-cols.txt").read_text())
+    gpus = [GpuInfo(index=i, name="NVIDIA A100-SXM4-40GB", memory_total_bytes=40 * GIB, pcie_gen_max=4,
+                    pcie_width_max=16) for i in range(8)]
+    c = cluster_from_probe(ProbeReport(hostname="dgx", gpus=gpus, topology=topo))
+    assert [d.pcie_switch for d in c.nodes[0].devices] == [0, 0, 2, 2, 4, 4, 6, 6]
+    assert c.nodes[0].link(0, 1).link_class == LinkClass.NVLINK
+    assert host_uplink_sharing(c) == [1, 1, 2, 2, 2, 2, 2, 2, 2]
+
+
+def test_measured_host_copies_price_the_offload_traffic():
+    """probes/hostcopy.py's pinned copies (cuda:0 alone) replace the PCIe table's rate for every GPU of the node: the
+    slower direction at the largest buffer; pageable copies and a one-way measurement do not count."""
+    from gpuadvisor.costmodel.analytical import Context
+    from gpuadvisor.schemas.measure import CopyBandwidth
+    from gpuadvisor.workload.specs import make_workload
+
+    copies = [CopyBandwidth(direction="h2d", pinned=True, size_bytes=2 ** 25, gb_per_s=9.0),
+              CopyBandwidth(direction="h2d", pinned=True, size_bytes=2 ** 28, gb_per_s=21.5),
+              CopyBandwidth(direction="d2h", pinned=True, size_bytes=2 ** 28, gb_per_s=19.8),
+              CopyBandwidth(direction="d2h", pinned=False, size_bytes=2 ** 28, gb_per_s=6.1)]
+    meas = MeasureReport(hostname="della-i14g20", device_kind="gpu", world_size=2, copies=copies)
+    c = cluster_from_probe(della_report(), measured=meas)
+    assert [d.host_copy_gb_per_s for d in c.nodes[0].devices] == [19.8, 19.8]
+    assert Context(c, make_workload("1.3B")).host_bw == pytest.approx(19.8e9)
+    one_way = MeasureReport(hostname="h", device_kind="gpu", world_size=1, copies=copies[:2])
+    table = cluster_from_probe(della_report(), measured=one_way)
+    assert table.nodes[0].devices[0].host_copy_gb_per_s is None
+    assert Context(table, make_workload("1.3B")).host_bw == pytest.approx(24e9)  # Gen4 x16 (the max, not idle Gen1)

@@ -151,3 +151,39 @@ def test_full_form_errors_name_line(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(UserError, match="cannot read cluster file"):
         load_cluster(tmp_path / "nope.yaml")
+
+
+def test_devices_per_switch_and_a_capture_say_which_gpus_share_a_pcie_uplink(tmp_path):
+    """`pcie.devices_per_switch` groups GPUs in index order (the DGX A100 preset: 2); a saved `nvidia-smi topo -m`
+    capture shows it through its NIC columns; a bad count is a one-line error."""
+    import shutil
+
+    from gpuadvisor.costmodel.analytical.comm import host_uplink_sharing
+    from gpuadvisor.hardware.presets import load_preset
+
+    assert [d.pcie_switch for d in load_preset("dgx-a100-8x").nodes[0].devices] == [0, 0, 2, 2, 4, 4, 6, 6]
+    four = tmp_path / "four.yaml"
+    four.write_text("name: four\nnodes:\n  - gpus: 8x A100-SXM4-80GB\n    topology: NV12\n"
+                    "    pcie: {gen: 4, width: 16, devices_per_switch: 4}\n")
+    assert host_uplink_sharing(load_cluster(four)) == [1, 1, 2, 3, 4, 4, 4, 4, 4]
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "topo" / "06_dgx-a100-nv12-12xmlx5-named-cols.txt",
+                tmp_path / "dgx.txt")
+    cap = tmp_path / "cap.yaml"
+    cap.write_text("name: cap\nnodes:\n  - gpus: 8x A100-SXM4-40GB\n    topology: dgx.txt\n")
+    assert [d.pcie_switch for d in load_cluster(cap).nodes[0].devices] == [0, 0, 2, 2, 4, 4, 6, 6]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes:\n  - gpus: 2x A100-SXM4-80GB\n    pcie: {devices_per_switch: 0}\n")
+    with pytest.raises(UserError, match="devices_per_switch"):
+        load_cluster(bad)
+
+
+def test_device_rates_take_a_measured_host_copy_rate(tmp_path):
+    from gpuadvisor.costmodel.analytical import Context
+    from gpuadvisor.workload.specs import make_workload
+
+    f = tmp_path / "c.yaml"
+    f.write_text("name: c\nnodes:\n  - gpus: 2x RTX 4090\n    device_rates: {host_copy_gb_per_s: 13.1, "
+                 "rate_source: measured}\n")
+    c = load_cluster(f)
+    assert [d.host_copy_gb_per_s for d in c.nodes[0].devices] == [13.1, 13.1]
+    assert Context(c, make_workload("1.3B")).host_bw == pytest.approx(13.1e9)

@@ -279,3 +279,23 @@ def test_garbage_raises_typed_user_error(text):
     with pytest.raises(TopoParseError) as info:
         parse_topo(text)
     assert isinstance(info.value, UserError) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name, groups", [
+    # DGX-1 (P100, V100) and DGX A100: two GPUs per PCIe switch, seen through the GPU pairs (topo -mp) or the NICs
+    ("03_dgx1-p100-soc-mangled-header.txt", [0, 0, 2, 2, 4, 4, 6, 6]),
+    ("04_dgx1-v100-nv1-nv2-4xmlx5.txt", [0, 0, 2, 2, 4, 4, 6, 6]),
+    ("05_dgx1-topo-mp-pcie-only-no-nv-legend.txt", [0, 0, 2, 2, 4, 4, 6, 6]),
+    ("06_dgx-a100-nv12-12xmlx5-named-cols.txt", [0, 0, 2, 2, 4, 4, 6, 6]),
+    # seed 001's A6000 box: one switch tree for all four (PXB/PIX)
+    ("20_a6000-paper-4gpu-pxb-pix-spaces.txt", [0, 0, 0, 0]),
+    # each H100/H800 on its own switch with its own NICs; PCIe boxes whose GPUs meet at the host bridge or CPU
+    ("21_h100-8gpu-nv18-9nic-truncated-nic-rows.txt", [None] * 8),
+    ("19_h800-4gpu-nv8-17nic-ansi-empty-affinity.txt", [None] * 4),
+    ("22_8x-rtx4090-pcie-sys-phb-2nic-no-legend.txt", [None] * 8),
+    ("08_della-2xa100-pcie-sys-2xmlx5.txt", [None, None]),
+])
+def test_pcie_switch_groups_from_real_captures(name, groups):
+    from gpuadvisor.probe.topo import pcie_switch_groups
+
+    assert pcie_switch_groups(load(name)) == groups

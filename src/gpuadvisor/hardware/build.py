@@ -16,6 +16,7 @@ from ..knowledge import GpuSpec, find_gpu, gpu_spec, load_gpus
 from ..schemas.hardware import Cluster, Device, DeviceLink, LinkClass, Node, RateSource
 from ..schemas.measure import CollectiveCurve, MatmulCurve, MeasureReport
 from ..schemas.probe import GpuInfo, ProbeReport
+from ..probe.topo import pcie_switch_groups
 from .catalog import device_from_spec, device_link
 
 _BF16_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "half")
@@ -96,6 +97,18 @@ def _p2p(report: ProbeReport, a: int, b: int) -> Optional[bool]:
                 return None
             return bool(st.read) and bool(st.write)
     return None
+
+
+def _host_copy(measured: Optional[MeasureReport]) -> Optional[float]:
+    """The pinned host<->device copy rate probes/hostcopy.py measured, the slower direction (ZeRO-Offload's traffic
+    goes both ways), at its largest buffer; None without a pinned measurement of each direction."""
+    if measured is None:
+        return None
+    best: dict[str, tuple[int, float]] = {}
+    for c in measured.copies:
+        if c.pinned and c.gb_per_s > 0 and c.size_bytes >= best.get(c.direction, (-1, 0.0))[0]:
+            best[c.direction] = (c.size_bytes, c.gb_per_s)
+    return min(v[1] for v in best.values()) if len(best) == 2 else None
 
 
 def _group_curve(measured: Optional[MeasureReport], backend: str, world: int) -> Optional[CollectiveCurve]:
@@ -185,6 +198,13 @@ def cluster_from_probe(
     if report.gpus:
         gpus = sorted(report.gpus, key=lambda g: g.index)
         devices = [_gpu_device(g, measured, notes) for g in gpus]
+        copy = _host_copy(measured)
+        if copy is not None:  # measured on one device (cuda:0) alone: the node's slots are taken to be alike
+            devices = [d.model_copy(update={"host_copy_gb_per_s": copy}) for d in devices]
+        if report.topology is not None:
+            switches = pcie_switch_groups(report.topology)
+            devices = [d.model_copy(update={"pcie_switch": switches[d.index]}) if d.index < len(switches) else d
+                       for d in devices]
         links = _gpu_links(report, devices, notes)
         links = _apply_measured_links(links, _group_curve(measured, "nccl", len(devices)), len(devices))
     else:

@@ -46,6 +46,9 @@ class GpuEntry(_Spec):
 class PcieSpec(_Spec):
     gen: Optional[PcieGen] = Field(None, description="PCIe generation of the GPU slots (default: the GPU's)")
     width: Optional[PcieWidth] = Field(None, description="Lanes per GPU slot (default 16)")
+    devices_per_switch: Optional[PcieWidth] = Field(
+        None, description="GPUs behind each PCIe switch, in index order, sharing its uplink to the host (DGX A100: 2; "
+                          "default: what the topology shows, else none)")
 
 
 class TopologySpec(_Spec):
@@ -68,6 +71,8 @@ class DeviceRates(_Spec):
     tflops_fp32: Optional[TFlops] = Field(None, description="Dense fp32 peak, TFLOP/s")
     achieved_tflops: Optional[TFlops] = Field(None, description="Measured large-GEMM rate, TFLOP/s")
     memory_bandwidth_gb_per_s: Optional[MemBandwidth] = None
+    host_copy_gb_per_s: Optional[LinkBandwidth] = Field(
+        None, description="Pinned host<->device copy rate of one device alone, GB/s (probes/hostcopy.py)")
     rate_source: Literal["user", "measured"] = "user"
 
 
@@ -367,8 +372,10 @@ def _pair_key(text: str, n: int, loc: Loc) -> tuple[int, int]:
     return min(a, b), max(a, b)
 
 
-def _topology_tokens(topo: Any, n: int, base_dir: Path, loc: Loc) -> tuple[dict[tuple[int, int], str], TopologySpec]:
-    """Expand the topology field into a token per pair (a<b) plus the mapping form's options."""
+def _topology_tokens(topo: Any, n: int, base_dir: Path, loc: Loc
+                     ) -> tuple[dict[tuple[int, int], str], TopologySpec, Optional[list[Optional[int]]]]:
+    """Expand the topology field into a token per pair (a<b), the mapping form's options, and each device's PCIe
+    switch tree where a capture file shows it (else None)."""
     if isinstance(topo, str):
         if "/" in topo or topo.endswith(".txt"):
             topo = TopologySpec(file=topo)
@@ -380,8 +387,10 @@ def _topology_tokens(topo: Any, n: int, base_dir: Path, loc: Loc) -> tuple[dict[
         topo = TopologySpec()
     tokens: dict[tuple[int, int], str] = {}
     default = topo.link
+    switches = None
     if topo.file:
-        tokens.update(_tokens_from_capture(base_dir / topo.file, n, loc + ("file",)))
+        captured, switches = _tokens_from_capture(base_dir / topo.file, n, loc + ("file",))
+        tokens.update(captured)
     if topo.matrix is not None:
         rows = topo.matrix
         if len(rows) != n or any(len(r) != n for r in rows):
@@ -396,12 +405,13 @@ def _topology_tokens(topo: Any, n: int, base_dir: Path, loc: Loc) -> tuple[dict[
     for i in range(n):
         for j in range(i + 1, n):
             tokens.setdefault((i, j), default or "unknown")
-    return tokens, topo
+    return tokens, topo, switches
 
 
-def _tokens_from_capture(path: Path, n: int, loc: Loc) -> dict[tuple[int, int], str]:
-    """GPU pair tokens from a saved `nvidia-smi topo -m` capture."""
-    from ..probe.topo import parse_topo
+def _tokens_from_capture(path: Path, n: int, loc: Loc) -> tuple[dict[tuple[int, int], str], list[Optional[int]]]:
+    """GPU pair tokens from a saved `nvidia-smi topo -m` capture, and each GPU's PCIe switch tree
+    (probe.topo.pcie_switch_groups)."""
+    from ..probe.topo import parse_topo, pcie_switch_groups
 
     try:
         matrix = parse_topo(path.read_text(encoding="utf-8"))
@@ -416,7 +426,7 @@ def _tokens_from_capture(path: Path, n: int, loc: Loc) -> dict[tuple[int, int], 
         for j in range(i + 1, n):
             link = matrix.gpu_link(i, j)
             out[(i, j)] = link.token if link else "unknown"
-    return out
+    return out, pcie_switch_groups(matrix)
 
 
 def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str],
@@ -428,16 +438,23 @@ def _node(spec: NodeSpec, name: str, base_dir: Path, where: Loc, notes: list[str
         r = spec.device_rates
         upd = {k: v for k, v in (("peak_tflops_bf16", r.tflops_bf16), ("peak_tflops_fp32", r.tflops_fp32),
                                  ("achieved_tflops", r.achieved_tflops),
-                                 ("memory_bandwidth_gb_per_s", r.memory_bandwidth_gb_per_s)) if v is not None}
+                                 ("memory_bandwidth_gb_per_s", r.memory_bandwidth_gb_per_s),
+                                 ("host_copy_gb_per_s", r.host_copy_gb_per_s)) if v is not None}
         devices = [d.model_copy(update={**upd, "rate_source": r.rate_source}) for d in devices]
     n = len(devices)
     topo_loc = where + ("topology",)
+    switches: Optional[list[Optional[int]]] = None
     if spec.cpu_ranks and spec.topology is None:
         tokens, topo = {(i, j): "SHM" for i in range(n) for j in range(i + 1, n)}, TopologySpec()
     else:
-        tokens, topo = _topology_tokens(spec.topology, n, base_dir, topo_loc)
+        tokens, topo, switches = _topology_tokens(spec.topology, n, base_dir, topo_loc)
         if spec.topology is None and n > 1:
             notes.append(f"node {name}: no topology given; assumed 'unknown' (host-memory bounce rates)")
+    per_switch = spec.pcie.devices_per_switch if spec.pcie else None
+    if per_switch:
+        switches = [i // per_switch * per_switch if per_switch > 1 else None for i in range(n)]
+    if switches:
+        devices = [d.model_copy(update={"pcie_switch": switches[d.index]}) for d in devices]
     links: list[DeviceLink] = []
     explicit = topo.bandwidth_gb_per_s is not None or topo.latency_us is not None
     for (i, j), tok in sorted(tokens.items()):

@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..schemas.hardware import LinkClass
 from ..schemas.probe import TopoLink, TopoMatrix
 
-__all__ = ["TopoParseError", "parse_topo", "classify_token", "LINK_RANK"]
+__all__ = ["TopoParseError", "parse_topo", "classify_token", "pcie_switch_groups", "LINK_RANK"]
 
 
 class TopoParseError(UserError):
@@ -266,3 +266,39 @@ def _links(columns: list[str], cell: dict[tuple[str, str], str], warnings: list[
     for token, where in unknown.items():
         warnings.append(f"unknown link code {token!r} (first at {where}) treated as unknown")
     return links
+
+
+def pcie_switch_groups(m: TopoMatrix) -> list[Optional[int]]:
+    """Per GPU of a parsed matrix, the PCIe switch tree it sits behind (the lowest GPU index of the tree), or None
+    where it shares none.
+
+    Two GPUs share a tree when the matrix joins them by PIX or PXB (PCIe switches, no host bridge), or when both
+    reach one NIC that way: an NVLink machine's matrix prints NV# between its GPUs, which hides their PCIe path, but
+    its NIC columns still show it (DGX A100: GPU0 and GPU1 are PXB to the same two ConnectX ports)."""
+    n = len(m.gpus)
+    pos = {g: i for i, g in enumerate(m.gpus)}
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    near: dict[str, list[int]] = {}
+    for link in m.links:
+        if link.link_class not in (LinkClass.PIX, LinkClass.PXB):
+            continue
+        a, b = pos.get(link.a), pos.get(link.b)
+        if a is not None and b is not None:
+            parent[root(a)] = root(b)
+        elif a is not None:
+            near.setdefault(link.b, []).append(a)   # a GPU and the NIC it reaches through switches only
+        elif b is not None:
+            near.setdefault(link.a, []).append(b)
+    for gpus in near.values():
+        for g in gpus[1:]:
+            parent[root(g)] = root(gpus[0])
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(root(i), []).append(i)
+    return [min(members[root(i)]) if len(members[root(i)]) > 1 else None for i in range(n)]

@@ -53,6 +53,12 @@ class Device(Frozen):
     pcie_width_max: Optional[PcieWidth] = None
     numa_node: Optional[int] = None
     mig_enabled: Optional[bool] = None
+    host_copy_gb_per_s: Optional[LinkBandwidth] = Field(
+        None, description="Measured pinned host<->device copy rate of the device alone, GB/s, the slower direction "
+                          "(probes/hostcopy.py); None: priced from the PCIe generation and width")
+    pcie_switch: Optional[Index] = Field(
+        None, description="The PCIe switch tree the device sits behind: devices of a node with the same id share its "
+                          "uplink to the host (None: its own root port, or unknown)")
 
 
 class DeviceLink(Frozen):

@@ -198,10 +198,11 @@ class Context:
         self.cuda_ctx, self.nccl_peer = float(mc["cuda_context_bytes"]), float(mc["nccl_bytes_per_peer"])
         self.frag, self.host_usable = float(mc["fragmentation"]), float(mc["host_ram_usable"])
         off = cal["offload"]
-        # the link the device and its slot train to (NVML's current generation drops at idle, as hardware.catalog
-        # reads it for device links), at its width: an x8 slot halves ZeRO-Offload's copies
-        self.host_bw = pcie_host_bandwidth(dev.pcie_gen_max or dev.pcie_gen, cal,
-                                           dev.pcie_width_max or dev.pcie_width) * 1e9
+        # pinned copies to and from host RAM: as measured (probes/hostcopy.py), else the link the device and its slot
+        # train to (NVML's current generation drops at idle, as hardware.catalog reads it for device links), at its
+        # width: an x8 slot halves ZeRO-Offload's copies
+        self.host_bw = (dev.host_copy_gb_per_s or pcie_host_bandwidth(dev.pcie_gen_max or dev.pcie_gen, cal,
+                                                                      dev.pcie_width_max or dev.pcie_width)) * 1e9
         # ... shared by the ranks behind one PCIe switch tree: per ranks-per-node count (comm.host_uplink_sharing)
         self.host_sharing = np.array(C.host_uplink_sharing(cluster), dtype=float)
         self.cpu_adam_rate = float(off["cpu_adam_params_per_s_per_core"])

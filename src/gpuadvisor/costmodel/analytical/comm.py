@@ -425,10 +425,11 @@ def host_uplink_sharing(cluster: Cluster) -> list[int]:
 
     Devices that `nvidia-smi topo -m` joins by PIX or PXB reach each other through PCIe switches without the host
     bridge: they hang off one switch tree, whose uplink to the CPU they share (PHB, NODE and SYS pairs each have their
-    own root port). Data-parallel ranks copy to and from host RAM together (ZeRO-Offload, host-RAM checkpoints), so
-    each gets 1/n of that uplink, taken here as wide as one device's slot. Ranks sit on a node's devices in index
-    order (launch: local rank = device). NVLink pairs show NV#, which hides their PCIe path: counted as not
-    sharing."""
+    own root port). Devices with the same `Device.pcie_switch` share one too: what the matrix's NIC columns show
+    behind NVLink (probe.topo.pcie_switch_groups) or a cluster file's `pcie.devices_per_switch` says. Data-parallel
+    ranks copy to and from host RAM together (ZeRO-Offload, host-RAM checkpoints), so each gets 1/n of that uplink,
+    taken here as wide as one device's slot. Ranks sit on a node's devices in index order (launch: local rank =
+    device). NVLink pairs with neither show nothing of their PCIe path: counted as not sharing."""
     most = max((len(n.devices) for n in cluster.nodes), default=0)
     share = [1] * (most + 1)
     for node in cluster.nodes:
@@ -443,6 +444,10 @@ def host_uplink_sharing(cluster: Cluster) -> list[int]:
         for link in node.links:
             if link.link_class in (LinkClass.PIX, LinkClass.PXB) and link.a in parent and link.b in parent:
                 parent[root(link.a)] = root(link.b)
+        first: dict[int, int] = {}
+        for d in node.devices:
+            if d.pcie_switch is not None:
+                parent[root(d.index)] = root(first.setdefault(d.pcie_switch, d.index))
         for g in range(1, most + 1):
             used = order[:g]
             roots = [root(i) for i in used]
