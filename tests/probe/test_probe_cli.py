@@ -66,6 +66,18 @@ def test_topo_file_json_includes_topology(host, capsys):
     assert rc == 0 and len(r.topology.gpus) == 8 and r.topology.gpu_link(0, 7).nvlink_count == 12
 
 
+def test_topo_file_table_names_the_gpus_that_share_a_pcie_switch(host, capsys):
+    """DGX A100: NV12 everywhere, but the NIC columns pair the GPUs on four switches, said under its own heading;
+    an H100 box (a switch per GPU) gets no such section."""
+    rc, out, _ = run_cli(capsys, "--sysfs-root", host, "--topo-file",
+                         str(TOPO / "06_dgx-a100-nv12-12xmlx5-named-cols.txt"))
+    assert rc == 0 and "PCIe switches (GPUs that share one uplink to host RAM)" in out
+    assert "GPU0, GPU1; GPU2, GPU3; GPU4, GPU5; GPU6, GPU7" in out
+    rc, out, _ = run_cli(capsys, "--sysfs-root", host, "--topo-file",
+                         str(TOPO / "21_h100-8gpu-nv18-9nic-truncated-nic-rows.txt"))
+    assert rc == 0 and "PCIe switches" not in out
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [(["--topo-file", "/nonexistent/topo.txt"], "cannot read topology file /nonexistent/topo.txt"),

@@ -13,7 +13,7 @@ from ..cli.console import Column, Group, Text, block, gpu_label, make_table, to_
 from ..schemas.hardware import LinkClass
 from ..schemas.measure import MeasureReport
 from ..schemas.probe import GpuInfo, ProbeReport, TopoMatrix
-from .topo import LINK_RANK
+from .topo import LINK_RANK, pcie_switch_groups
 
 __all__ = ["render_report", "report_view"]
 
@@ -211,6 +211,13 @@ def report_view(report: ProbeReport, *, measured: Optional[MeasureReport] = None
         parts += _section("Links (nvidia-smi topo -m)", [_Matrix(topo)])
         if topo.nics:
             parts += _section("Topology NICs (closest GPUs)", _topo_nics(topo))
+        shared: dict[int, list[str]] = {}
+        for i, tree in enumerate(pcie_switch_groups(topo)):
+            if tree is not None:
+                shared.setdefault(tree, []).append(topo.gpus[i])
+        if shared:
+            parts += _section("PCIe switches (GPUs that share one uplink to host RAM)",
+                              _wrap("; ".join(", ".join(g) for g in shared.values()), bullet=""))
     elif report.topology_error:
         parts += _section("Links", _wrap(f"no topology: {report.topology_error}", bullet=""))
     parts += _section("NICs", _nic_rows(report) if report.nics else _wrap("none found", bullet=""))
