@@ -13,10 +13,10 @@ from typing import Optional
 
 from ..errors import UserError
 from ..knowledge import GpuSpec, find_gpu, gpu_spec, load_gpus
+from ..probe.topo import pcie_switch_groups
 from ..schemas.hardware import Cluster, Device, DeviceLink, LinkClass, Node, RateSource
 from ..schemas.measure import CollectiveCurve, MatmulCurve, MeasureReport
 from ..schemas.probe import GpuInfo, ProbeReport
-from ..probe.topo import pcie_switch_groups
 from .catalog import device_from_spec, device_link
 
 _BF16_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "half")

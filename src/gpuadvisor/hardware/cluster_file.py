@@ -46,7 +46,7 @@ class GpuEntry(_Spec):
 class PcieSpec(_Spec):
     gen: Optional[PcieGen] = Field(None, description="PCIe generation of the GPU slots (default: the GPU's)")
     width: Optional[PcieWidth] = Field(None, description="Lanes per GPU slot (default 16)")
-    devices_per_switch: Optional[PcieWidth] = Field(
+    devices_per_switch: Optional[Count] = Field(
         None, description="GPUs behind each PCIe switch, in index order, sharing its uplink to the host (DGX A100: 2; "
                           "default: what the topology shows, else none)")
 
