@@ -1,5 +1,5 @@
 """ZeRO-Offload's gradient copies to and from host RAM as DeepSpeed 0.19.8 runs them (engine._offload_gradient_copies)
-and the buffers they go through (engine._offload_host_buffers): stage 1/2 copy every micro-step's gradients down and
+and the buffers they go through (engine.offload_host_buffers): stage 1/2 copy every micro-step's gradients down and
 back up with the host waiting on each, stage 3 copies them on its reduce stream beside the backward, and the boundary
 sends fp32 gradients. Checked by hand against the engine, and against DeepSpeed's own single-V100 comparison."""
 from __future__ import annotations

@@ -788,13 +788,13 @@ def _memory(ctx: Context, a: np.ndarray, layers, st, agb, edp, e_shard, fsdp, ke
     heavier = p1["_total"] > p0["_total"]
     parts = {k: np.where(heavier, p1[k], p0[k]) for k in p0 if k != "_total"}
     parts["host"] = parts["host"] + moved  # pinned host buffers of the offloaded checkpoints
-    dev, host = _offload_host_buffers(ctx, st["train_first"] / dp, m, zero, off)
+    dev, host = offload_host_buffers(ctx, st["train_first"] / dp, m, zero, off)
     parts["comm_buffers"] = parts["comm_buffers"] + dev
     parts["host"] = parts["host"] + host
     return parts
 
 
-def _offload_host_buffers(ctx: Context, n_opt, m, zero, off):
+def offload_host_buffers(ctx: Context, n_opt, m, zero, off):
     """(device bytes, host bytes) of the buffers ZeRO-Offload's gradient copies go through (DeepSpeed 0.19.8;
     _offload_gradient_copies), for a partition of `n_opt` parameters: stage 3's gradient partition in host RAM
     (stage3.py grad_partitions_flat_buffer, the model's dtype), stage 1/2's host accumulation buffers once there is
@@ -1288,7 +1288,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
 
 def _offload_gradient_copies(n_opt, m, zero, ovl, window, busy, tail, bw, gb):
     """(exposed seconds, host-link bytes) per step of ZeRO-Offload's gradient copies to and from host RAM, for the
-    `n_opt` parameters of a rank's partition, as DeepSpeed 0.19.8 runs them (`_offload_host_buffers`: their buffers).
+    `n_opt` parameters of a rank's partition, as DeepSpeed 0.19.8 runs them (`offload_host_buffers`: their buffers).
 
     Stages 1 and 2 (runtime/zero/stage_1_and_2.py): with accumulation (m > 1) every micro-step copies the
     partition's gradients down to a host buffer in the model's dtype (data_types.grad_accum_dtype's default) and,

@@ -13,7 +13,7 @@ from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
 from ..candidates import COLUMNS, SearchSpace, enumerate_rows
 from ..candidates.enumerate import ZERO_IMPLS
-from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, unique_rows
+from ..costmodel.engine import MEMORY_TIGHT, REASONS, offload_host_buffers, evaluate_batch, unique_rows
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, FineTune, Ranking, Workload
 
@@ -368,10 +368,17 @@ def _host_tight_note(best, ctx, workload: Workload) -> str:
     if need <= HOST_TIGHT * usable:
         return ""
     lora = " or fine-tune with --finetune lora" if workload.finetune.method == "full" else ""
+    # DeepSpeed's estimators count the states alone (not the gradient buffers the copies go through,
+    # engine.offload_host_buffers) and put 1.5x those in host RAM
+    p = best.plan
+    n_opt = np.array([0.0 if ctx.adapters else ctx.params / p.dp])
+    _, bufs = offload_host_buffers(ctx, n_opt, np.array([p.num_micro_batches]), np.array([p.zero_stage]),
+                                    np.array([p.zero_offload]))
+    states = need - float(bufs[0]) * p.devices_per_node
     return (f"the best plan pins {need / 2**30:.0f} GiB of host RAM per node for its offloaded states, "
             f"{need / usable:.0%} of the {usable / 2**30:.0f} GiB usable (DeepSpeed's own estimator asks "
-            f"{1.5 * need / 2**30:.0f} GiB with its 1.5x margin); if it fails to allocate host memory at start-up, "
-            f"close other processes, add RAM{lora}")
+            f"{1.5 * states / 2**30:.0f} GiB with its 1.5x margin on the states alone); if it fails to allocate host "
+            f"memory at start-up, close other processes, add RAM{lora}")
 
 
 def _least_host_need(b, bad: np.ndarray) -> float:
