@@ -1245,7 +1245,8 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     z2 = m * np.where(ovl, _overlapped(t2, last2, window, cont), t2) + ag_after
     units = np.maximum(layers, 1.0)
     per_unit = (units - 1) * g.ring_lat_s + units * ctx.call_s  # one collective per FSDP unit (layer)
-    rs_stage = g.rs(n_dev * ctx.z3_grad_bytes) + per_unit
+    rs_grads = g.rs(n_dev * ctx.z3_grad_bytes)  # one micro-step's gradients reduce-scattered (ZeRO-3)
+    rs_stage = rs_grads + per_unit
     ag_stage = g.rs(w_dev) + per_unit
     fsdp = rs_stage + _overlapped(ag_stage, g.rs(w_dev / units), ctx.fwd_frac * t_mb, cont)
     exposed = np.where(zero == 0, ddp, np.where(zero == 1, z1, np.where(zero == 2, z2, np.where(fsdp_stage, fsdp,
@@ -1270,7 +1271,7 @@ def _data_parallel(ctx: Context, g: _G, dp, m, zero, off, offp, zrb, bucket_mb, 
     cpu_adam = o_n / (ctx.cpu_adam_rate * np.maximum(1.0, ctx.cpu_cores / np.maximum(1.0, o_gpn)))
     # the gradients' copies to host RAM, beside the backward or not (_offload_gradient_copies); the reduction
     # already on that stream: the micro-step's reduce (stage 1 the boundary's), ZeRO-3's reduce-scatter
-    busy = np.where(pick(multi), np.where(o_zero >= 3, pick(rs_stage - per_unit),
+    busy = np.where(pick(multi), np.where(o_zero >= 3, pick(rs_grads),
                                           np.where(o_zero == 1, pick(t1), pick(t2))), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         tail = np.where(o_zero >= 3, 1.0 / np.maximum(pick(layers), 1.0),

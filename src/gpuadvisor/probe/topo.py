@@ -14,10 +14,11 @@ node, SYS (older name SOC) across the SMP interconnect between NUMA nodes.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Optional
 
 from ..errors import UserError
-from ..schemas.hardware import LinkClass
+from ..schemas.hardware import SWITCHED, LinkClass, joined
 from ..schemas.probe import TopoLink, TopoMatrix
 
 __all__ = ["TopoParseError", "parse_topo", "classify_token", "pcie_switch_groups", "LINK_RANK"]
@@ -277,28 +278,19 @@ def pcie_switch_groups(m: TopoMatrix) -> list[Optional[int]]:
     its NIC columns still show it (DGX A100: GPU0 and GPU1 are PXB to the same two ConnectX ports)."""
     n = len(m.gpus)
     pos = {g: i for i, g in enumerate(m.gpus)}
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    near: dict[str, list[int]] = {}
+    pairs: list[tuple[int, int]] = []
+    near: dict[str, list[int]] = {}  # NIC -> the GPUs that reach it through switches only
     for link in m.links:
-        if link.link_class not in (LinkClass.PIX, LinkClass.PXB):
+        if link.link_class not in SWITCHED:
             continue
         a, b = pos.get(link.a), pos.get(link.b)
         if a is not None and b is not None:
-            parent[root(a)] = root(b)
+            pairs.append((a, b))
         elif a is not None:
-            near.setdefault(link.b, []).append(a)   # a GPU and the NIC it reaches through switches only
+            near.setdefault(link.b, []).append(a)
         elif b is not None:
             near.setdefault(link.a, []).append(b)
-    for gpus in near.values():
-        for g in gpus[1:]:
-            parent[root(g)] = root(gpus[0])
-    members: dict[int, list[int]] = {}
-    for i in range(n):
-        members.setdefault(root(i), []).append(i)
-    return [min(members[root(i)]) if len(members[root(i)]) > 1 else None for i in range(n)]
+    pairs += [(gpus[0], g) for gpus in near.values() for g in gpus[1:]]
+    tree = joined(range(n), pairs)
+    size = Counter(tree.values())
+    return [tree[i] if size[tree[i]] > 1 else None for i in range(n)]

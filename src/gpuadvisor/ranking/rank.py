@@ -13,7 +13,7 @@ from ..costmodel.correction import Correction, NoCorrection
 from ..costmodel.rules import load_rules
 from ..candidates import COLUMNS, SearchSpace, enumerate_rows
 from ..candidates.enumerate import ZERO_IMPLS
-from ..costmodel.engine import MEMORY_TIGHT, REASONS, offload_host_buffers, evaluate_batch, unique_rows
+from ..costmodel.engine import MEMORY_TIGHT, REASONS, evaluate_batch, offload_host_buffers, unique_rows
 from ..errors import UserError
 from ..schemas import Cluster, Estimate, FineTune, Ranking, Workload
 
@@ -208,11 +208,12 @@ def rank(cluster: Cluster, workload: Workload, *, objective: str = "throughput",
 
 
 def _checkpoints_in_host_ram(a: np.ndarray, ctx, workload: Workload, rules) -> Optional[tuple[np.ndarray, Any]]:
-    """(rows, their batch) of the candidates (`a`: the evaluated rows' array) that fit once their activation checkpoints live in host RAM
-    (Plan.offload_activations: DeepSpeed's cpu_checkpointing, train_lora.py's CheckpointHiddenStatesOffload), or
-    None. Asked only when no candidate fits: the copies cost host-link time, so the enumeration does not propose them
-    beside plans that fit (candidates module docstring). Eligible (the Plan's rules, check_plan_for): recomputing
-    rows of a transformer with pure data parallelism, not on FSDP, with ZeRO unless adapters train."""
+    """(rows, their batch) of the candidates (`a`: the evaluated rows' array) that fit once their activation
+    checkpoints live in host RAM (Plan.offload_activations: DeepSpeed's cpu_checkpointing, train_lora.py's
+    CheckpointHiddenStatesOffload), or None. Asked only when no candidate fits: the copies cost host-link time, so
+    the enumeration does not propose them beside plans that fit (candidates module docstring). Eligible (the Plan's
+    rules, check_plan_for): recomputing rows of a transformer with pure data parallelism, not on FSDP, with ZeRO
+    unless adapters train."""
     if workload.model.kind != "transformer":
         return None
     c = COLUMNS.index

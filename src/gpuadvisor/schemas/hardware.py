@@ -5,7 +5,7 @@ Units are in field names. Rates carry where they came from (`catalog`, `measured
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal, Optional
+from typing import Iterable, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -28,6 +28,26 @@ class LinkClass(str, Enum):
     SYS = "SYS"  # across the SMP interconnect between NUMA nodes (old name SOC)
     SHM = "SHM"  # CPU ranks in one host: shared memory (gloo)
     UNKNOWN = "unknown"
+
+
+# devices that meet through PCIe switches only, below the host bridge: they share the switch tree's uplink to the host
+SWITCHED = (LinkClass.PIX, LinkClass.PXB)
+
+
+def joined(items: Iterable[int], pairs: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Each item's group when `pairs` join items (pairs naming others are skipped), named by its lowest item."""
+    parent = {i: i for i in items}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for a, b in pairs:
+        if a in parent and b in parent:
+            ra, rb = root(a), root(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    return {i: root(i) for i in parent}
 
 
 class Device(Frozen):

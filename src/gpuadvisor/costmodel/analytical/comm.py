@@ -12,13 +12,14 @@ nodes uses the rails of its members there, and groups whose members share a rail
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
 from ...schemas import Cluster, LinkClass
-from ...schemas.hardware import Nic, Node
+from ...schemas.hardware import SWITCHED, Nic, Node, joined
 
 GB = 1e9
 
@@ -434,24 +435,12 @@ def host_uplink_sharing(cluster: Cluster) -> list[int]:
     share = [1] * (most + 1)
     for node in cluster.nodes:
         order = sorted(d.index for d in node.devices)
-        parent = {i: i for i in order}
-
-        def root(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-        for link in node.links:
-            if link.link_class in (LinkClass.PIX, LinkClass.PXB) and link.a in parent and link.b in parent:
-                parent[root(link.a)] = root(link.b)
-        first: dict[int, int] = {}
-        for d in node.devices:
-            if d.pcie_switch is not None:
-                parent[root(d.index)] = root(first.setdefault(d.pcie_switch, d.index))
+        first: dict[int, int] = {}  # Device.pcie_switch -> the first device seen behind it
+        tree = joined(order, [(lk.a, lk.b) for lk in node.links if lk.link_class in SWITCHED]
+                      + [(first.setdefault(d.pcie_switch, d.index), d.index) for d in node.devices
+                         if d.pcie_switch is not None])
         for g in range(1, most + 1):
-            used = order[:g]
-            roots = [root(i) for i in used]
-            share[g] = max(share[g], max(roots.count(r) for r in roots))
+            share[g] = max(share[g], max(Counter(tree[i] for i in order[:g]).values()))
     return share
 
 
