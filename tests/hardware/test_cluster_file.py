@@ -187,3 +187,12 @@ def test_device_rates_take_a_measured_host_copy_rate(tmp_path):
     c = load_cluster(f)
     assert [d.host_copy_gb_per_s for d in c.nodes[0].devices] == [13.1, 13.1]
     assert Context(c, make_workload("1.3B")).host_bw == pytest.approx(13.1e9)
+
+
+def test_a_binary_topology_capture_is_a_one_line_error(tmp_path):
+    (tmp_path / "topo.bin").write_bytes(bytes(range(128, 256)) * 8)
+    f = tmp_path / "c.yaml"
+    f.write_text("name: c\nnodes:\n  - gpus: 2x A100-SXM4-40GB\n    topology: {file: topo.bin}\n")
+    with pytest.raises(UserError, match=r"topology capture 'topo.bin' is not text: save `nvidia-smi topo -m") as e:
+        load_cluster(f)
+    assert "\n" not in str(e.value)

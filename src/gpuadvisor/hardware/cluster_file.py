@@ -417,6 +417,9 @@ def _tokens_from_capture(path: Path, n: int, loc: Loc) -> tuple[dict[tuple[int, 
         matrix = parse_topo(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise _FieldError(loc, f"cannot read topology capture '{path}': {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise _FieldError(loc, f"topology capture '{path.name}' is not text: save `nvidia-smi topo -m > "
+                               f"{path.name}` and point the file at it") from None
     except UserError as exc:
         raise _FieldError(loc, str(exc)) from None
     if len(matrix.gpus) != n:
