@@ -433,7 +433,8 @@ def host_uplink_sharing(cluster: Cluster) -> list[int]:
     device). NVLink pairs with neither show nothing of their PCIe path: counted as not sharing."""
     most = max((len(n.devices) for n in cluster.nodes), default=0)
     share = [1] * (most + 1)
-    for node in cluster.nodes:
+    # nodes alike share their device and link lists (cluster files' `count:`): each distinct pair is looked at once
+    for node in {(id(n.devices), id(n.links)): n for n in cluster.nodes}.values():
         order = sorted(d.index for d in node.devices)
         first: dict[int, int] = {}  # Device.pcie_switch -> the first device seen behind it
         tree = joined(order, [(lk.a, lk.b) for lk in node.links if lk.link_class in SWITCHED]
