@@ -121,7 +121,7 @@ def predict_row(row: MeasurementRow, correction: Optional[Correction] = None) ->
         p = row.plan
         g = ctx.topo.group("dp", p.dp, p.tp, p.pp, p.nodes, p.devices_per_node, p.mesh_order)
         size = 1.32e9
-        t = group_allreduce_s(size, g, ctx.hier_min, ctx.tree_bw)
+        t = group_allreduce_s(size, g, ctx.hier_min, ctx.tree_bw, ctx.nvls_factor)
         return 2.0 * (g.n - 1) / g.n * size / t / 1e9
     est = estimate(row.plan, cl, row.workload, correction=correction)
     if row.metric == "tokens_per_s":

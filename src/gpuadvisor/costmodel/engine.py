@@ -19,7 +19,7 @@ from ..candidates.enumerate import COLUMNS, CORE_RECOMPUTE, HOOKS, ORDERS, SCHED
 from ..schemas import Plan
 from ..schemas.plan import DEEPSPEED_MAX_LIVE_PARAMETERS, DEEPSPEED_MAX_REUSE_DISTANCE, fsdp_by_default
 from .analytical import Context
-from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, powersgd_ratio
+from .analytical.comm import POWERSGD_RANK, Group, allreduce_s, nvls_group, powersgd_ratio
 from .analytical.comm import reduce_scatter_s as _rs
 from .analytical.comm import ring_allreduce_s as _ring
 from .analytical.comm import ring_attention_exchange_s, ring_steps_latency_s
@@ -103,15 +103,20 @@ class _G:
         self.node_flows = arr("flows_per_node")  # over all of the busiest node's NICs (what trials measure)
         self.shared_chain = arr("shared_chain")
         self.hier_min, self.tree_bw = ctx.hier_min, ctx.tree_bw  # the all-reduce algorithms in play
+        # NCCL's NVLS all-reduce where the group sits on one node's NVLink-SHARP switch (comm.nvls_group)
+        self.nvls = (np.array([ctx.nvls_factor if nvls_group(g.nodes, g.kind, g.n) else 0.0 for g in groups])[keys]
+                     if ctx.nvls_factor else 0.0)
         self.kind_u = [g.kind for g in groups]
         self.kind = np.array(self.kind_u, dtype=object)[keys]
         self.keys = keys
 
-    def allreduce(self, size):
-        """All-reduce on the placed group: min of the flat ring, NCCL's tree and the hierarchical one
-        (comm.allreduce_s)."""
+    def allreduce(self, size, nvls=True):
+        """All-reduce on the placed group: min of the flat ring, NCCL's tree, NVLS inside an NVLink-SHARP node and the
+        hierarchical one (comm.allreduce_s). `nvls` False (per row or for all) keeps NVLS out: collectives that are a
+        reduce-scatter and an all-gather of the same volume (sequence-parallel TP), which NVLS does not speed up."""
         return allreduce_s(size, self.n, self.nodes, self.per_node, self.bw, self.lat, self.intra_bw,
-                           self.intra_lat, self.flows, self.net_bw_per_flow, self.hier_min, self.tree_bw)
+                           self.intra_lat, self.flows, self.net_bw_per_flow, self.hier_min, self.tree_bw,
+                           np.where(nvls, self.nvls, 0.0))
 
     def rs(self, size):
         return _rs(size, self.n, self.bw, self.lat, steps_latency_s=self.ring_lat_s)
@@ -373,7 +378,7 @@ def _evaluate(a: np.ndarray, ctx: Context, rules: tuple[Rule, ...], agb: np.ndar
     n_coll = (layers * (4.0 + 2.0 * rc + rop * np.where(sp, 1.0, 2.0))
               + np.where(pp > 1, 1.0, 2.0) * ctx.transformer)
     calls = np.where(sp, 2.0, 1.0)
-    t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size) / g_tp.per_kind(ctx.tp_eff, 1.0)
+    t_tp = np.where(tp > 1, n_coll * (g_tp.allreduce(size, nvls=~sp) / g_tp.per_kind(ctx.tp_eff, 1.0)
                                       + calls * ctx.tp_call_s), 0.0)
     # overlapped TP (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers split each sequence-parallel
     # all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes or produces it; torchtitan

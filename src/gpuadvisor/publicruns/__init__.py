@@ -2,7 +2,9 @@
 
     load_runs() -> PublicRun rows -> to_inputs() -> (Cluster, Workload, Plan) -> api.predict -> metrics
 
-`benchmarks/calibration_accuracy.py` prints the figures; docs/calibration.md explains them.
+`benchmarks/calibration_accuracy.py` prints the figures; docs/calibration.md explains them. The nccl-tests rows go
+through `collectives` (load_collectives -> evaluate_collectives: comm's collectives on the row's hardware), printed by
+`benchmarks/nccl_accuracy.py`.
 """
 from .load import TRAINING_FILES, PublicRun, load_runs, public_dir
 from .mapping import LIMITS, RunInputs, Unsupported, to_inputs

@@ -75,6 +75,16 @@ def deepspeed_replay_regather(numels, tp, distance: float = DEEPSPEED_MAX_REUSE_
     return (released * n).sum(axis=-1) / total
 
 
+def _nvlink_links(node) -> int:
+    """NVLinks per GPU of a node's first device (knowledge/gpus.yaml nvlink_links; 0 when the catalog does not know
+    it)."""
+    from ...knowledge import find_gpu
+
+    d = node.devices[0]
+    spec = find_gpu(d.spec_key or d.name) if d.kind == "gpu" else None
+    return spec.nvlink_links if spec else 0
+
+
 class Context:
     """Plan-independent facts of one (cluster, workload): rates, shapes, constants, topology."""
 
@@ -215,6 +225,11 @@ class Context:
         self.hier_min = int(cal["network"].get("hierarchical_min_nodes", 3))
         # NCCL trees compete with rings on GPUs; gloo (CPU ranks) rings only
         self.tree_bw = 0.0 if dev.kind == "cpu" else float(cal["network"].get("nccl_tree_bw_factor", 0.0))
+        # NCCL's NVLS all-reduce inside a node whose NVSwitch reduces (comm.nvswitch_sharp), on every node with GPUs
+        # (nodes alike share their device and link lists: each distinct pair is looked at once)
+        alike = {(id(n.devices), id(n.links)): n for n in cluster.nodes if n.devices}.values()
+        self.nvls_factor = (float(cal["network"].get("nvls_bw_factor", 0.0))
+                            if all(C.nvswitch_sharp(n, _nvlink_links(n)) for n in alike) else 0.0)
         self.tp_eff = {k: float(v) for k, v in cal["tensor_parallel"]["comm_efficiency"].items()}
         self.n_nodes = len(cluster.nodes)
         self.gpn_max = max(cluster.devices_per_node)

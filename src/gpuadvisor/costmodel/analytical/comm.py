@@ -420,6 +420,32 @@ class Topology:
 _NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
 
 
+def nvswitch_sharp(node: Node, links_per_gpu: int) -> bool:
+    """Whether NCCL runs its NVLS all-reduce inside `node`: GPUs of compute capability 9.0+ (Hopper, Blackwell) that
+    meet through an NVSwitch with in-switch reduction (NVLink SHARP, third-generation NVSwitch on: HGX H100/H200,
+    B200). An NVSwitch shows in `nvidia-smi topo -m` as every pair of GPUs on NV<c> with c the GPU's whole link count
+    (`links_per_gpu`, knowledge/gpus.yaml nvlink_links: NV18 on an HGX H100), which direct links cannot give: each
+    GPU's links are split among its peers there (an HGX H100 4-GPU board: NV6 to each of three). NCCL enables NVLS by
+    default where the driver and fabric support it (NCCL User Guide, NCCL_NVLS_ENABLE)."""
+    devs = [d for d in node.devices if d.kind == "gpu"]
+    if len(devs) < 3 or links_per_gpu <= 0 or len(devs) != len(node.devices):
+        return False
+    major = [str(d.compute_capability or "0").split(".")[0] for d in devs]
+    if not all(x.isdecimal() and int(x) >= 9 for x in major):
+        return False
+    idx = {d.index for d in devs}
+    counts = {(min(lk.a, lk.b), max(lk.a, lk.b)): lk.nvlink_count for lk in node.links
+              if lk.link_class == LinkClass.NVLINK and lk.a in idx and lk.b in idx}
+    pairs = len(idx) * (len(idx) - 1) // 2
+    return len(counts) == pairs and all(c >= links_per_gpu for c in counts.values())
+
+
+def nvls_group(nodes, kind, n):
+    """Where a placed group can take NCCL's NVLS all-reduce: on one node, over NVLink, more than one rank (arrays or
+    scalars; the node's switch is Context.nvls_factor's to say)."""
+    return (np.asarray(nodes) == 1) & (np.asarray(kind) == "nvlink") & (np.asarray(n) > 1)
+
+
 def host_uplink_sharing(cluster: Cluster) -> list[int]:
     """For g = 0..(most devices in a node): how many of a node's first g devices share one PCIe path to the host,
     at most (the worst node).
@@ -498,15 +524,19 @@ def node_rails(node: Node, cluster: Cluster, net_efficiency: float = 1.0
     return rates, [tuple(o) if o else (p % len(rails),) for p, o in enumerate(owned)]
 
 
-def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3, tree_bw_factor: float = 0.0) -> float:
-    """All-reduce on a placed group: min of the flat ring, NCCL's tree across nodes and the hierarchical (2D) one.
+def group_allreduce_s(size_bytes: float, g: Group, hier_min_nodes: int = 3, tree_bw_factor: float = 0.0,
+                      nvls_factor: float = 0.0) -> float:
+    """All-reduce on a placed group: min of the flat ring, NCCL's tree across nodes, NVLS inside an NVLink-SHARP node
+    (`nvls_factor`: Context.nvls_factor, applied where the group is on one node's NVLink) and the hierarchical (2D)
+    one.
 
     Hierarchical: intra-node reduce-scatter, inter-node all-reduce of S/g by each local rank in
     parallel (the g flows share the NIC), intra-node all-gather — NCCL's tree/CollNet-style split
     (Jeaugey, "Massively scale your deep learning training with NCCL 2.4", NVIDIA blog 2019).
     """
     return float(allreduce_s(size_bytes, g.n, g.nodes, g.per_node, g.bw_gb_per_s, g.latency_us, g.intra_bw,
-                             g.intra_lat, g.flows_per_nic, g.net_bw_per_flow, hier_min_nodes, tree_bw_factor))
+                             g.intra_lat, g.flows_per_nic, g.net_bw_per_flow, hier_min_nodes, tree_bw_factor,
+                             nvls_factor if nvls_group(g.nodes, g.kind, g.n) else 0.0))
 
 
 def tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, bw_factor: float = 1.0):
@@ -526,12 +556,29 @@ def tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, bw_fact
     return _out(np.where(k >= 2, t, np.inf), n, size_bytes)
 
 
+def nvls_allreduce_s(size_bytes, n, bw, lat, bw_factor):
+    """NCCL's NVLS all-reduce inside one NVSwitch node (NVLink SHARP, nvswitch_sharp): the switch reduces and
+    multicasts, so each GPU sends and receives the buffer once, S / (bw_factor · bw) against the ring's
+    2(n−1)/n · S / bw (calibration network.nvls_bw_factor, fitted on nccl-tests sweeps of 5-8 H200 and B200), plus
+    the ring all-reduce's latency, 2(n−1)α: on 8 H200s the sweep's 8-256 MiB points fit 70 µs + S / (0.74 · 360
+    GB/s) within 8 % (nccl_busbw.csv mleng_h200_nvlink4_allreduce), where below 8 MiB NCCL keeps the ring and its LL
+    protocol (the min() in allreduce_s). inf where `bw_factor` is 0 (no NVLS: across nodes, NVLink without a SHARP
+    switch, PCIe)."""
+    f = np.asarray(bw_factor, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = size_bytes / (bw * np.where(f > 0, f, 1.0) * GB) + 2.0 * ring_steps_latency_s(n, lat)
+    return np.where(f > 0, t, np.inf)
+
+
 def allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_bw, intra_lat, flows, net_bw_per_flow,
-                hier_min_nodes: int, tree_bw_factor: float = 0.0):
+                hier_min_nodes: int, tree_bw_factor: float = 0.0, nvls_bw_factor=0.0):
     """`group_allreduce_s` over arrays of group attributes (one entry per candidate plan), the engine's path.
 
-    `tree_bw_factor` > 0 lets NCCL's tree compete (tree_allreduce_s); 0 (gloo) keeps rings."""
+    `tree_bw_factor` > 0 lets NCCL's tree compete (tree_allreduce_s); 0 (gloo) keeps rings. `nvls_bw_factor` > 0
+    (per row: groups inside one NVLink-SHARP node, Context.nvls_factor) lets NVLS compete (nvls_allreduce_s)."""
     flat = ring_allreduce_s(size_bytes, n, bw, lat, nodes, intra_lat)
+    if np.any(np.asarray(nvls_bw_factor) > 0):
+        flat = _out(np.minimum(flat, nvls_allreduce_s(size_bytes, n, bw, lat, nvls_bw_factor)), n, size_bytes)
     if tree_bw_factor > 0:
         flat = np.minimum(flat, tree_allreduce_s(size_bytes, n, nodes, per_node, bw, lat, intra_lat, tree_bw_factor))
         flat = float(flat) if np.ndim(flat) == 0 else flat
