@@ -418,3 +418,17 @@ def test_megatron_block_recompute_without_the_layer_count_is_a_note_not_an_error
     with_layers = read_megatron(["--num-layers", "32", "--recompute-granularity", "full", "--recompute-method", "block",
                                  "--recompute-num-layers", "8"], world=2)
     assert with_layers.plan["recompute_interval"] == 4
+
+
+def test_unpinned_offload_is_said_not_priced(tmp_path):
+    """pin_memory false (DeepSpeed's default is true) sends ZeRO-Offload's copies through pageable memory: the read-back
+    says so in a note and what to change; the pinned default says nothing."""
+    cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False}, "offload_param": {"device": "cpu"}}}
+    (tmp_path / "a.json").write_text(json.dumps(cfg))
+    notes = read_config(tmp_path / "a.json", world=4, global_batch=8).notes
+    said = [n for n in notes if "pageable" in n]
+    assert len(said) == 1 and said[0].startswith("offload_optimizer.pin_memory false") and "pin_memory: true" in said[0]
+    cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] = True
+    (tmp_path / "b.json").write_text(json.dumps(cfg))
+    assert not [n for n in read_config(tmp_path / "b.json", world=4, global_batch=8).notes if "pageable" in n]

@@ -148,6 +148,12 @@ def read_deepspeed(data: dict, where: str = "ds_config.json", *, checkpointing: 
             rb.notes.append("offload_param without offload_optimizer is modelled as ZeRO-Offload of both")
         elif stage == 3 and off == ["offload_optimizer"]:
             rb.plan["offload_param"] = False  # the parameter partition stays on the device
+        # DeepSpeed pins its host buffers unless told not to (offload_config.py pin_memory: true by default in 0.19.8)
+        pageable = [f"{k}.pin_memory" for k in off if z[k].get("pin_memory") is False]
+        if pageable:
+            rb.notes.append(f"{' and '.join(pageable)} false: DeepSpeed copies to and from host RAM through pageable "
+                            "memory, slower than the pinned rate the prediction assumes (probes/hostcopy.py measures "
+                            "both on your GPU); set pin_memory: true (DeepSpeed's default) unless host RAM is short")
     if stage == 3:
         # DeepSpeed's caps on gathered parameters (Plan.zero_max_live_parameters / zero_max_reuse_distance)
         for key, name in (("stage3_max_live_parameters", "zero_max_live_parameters"),
