@@ -1,8 +1,6 @@
 """Expert parallelism (Plan.ep) in the cost model, the enumeration, the launch files and the calibration rows."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from gpuadvisor.candidates import enumerate_rows, row_plan

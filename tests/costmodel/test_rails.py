@@ -1,17 +1,11 @@
 """Inter-node traffic over rails: each GPU sends through its own NIC, groups sharing a NIC split it
 (costmodel/analytical/comm.py Topology, node_rails)."""
-import random
-
 import pytest
 
-from gpuadvisor.candidates import enumerate_rows, row_plan
 from gpuadvisor.costmodel.analytical.comm import Topology, group_allreduce_s, node_rails, rail_nics
-from gpuadvisor.costmodel.combine import fast_eval, make_context
-from gpuadvisor.costmodel.rules import load_rules
 from gpuadvisor.hardware.cluster_file import cluster_from_dict
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.knowledge import link_spec
-from gpuadvisor.workload.specs import make_workload
 
 HDR = link_spec("ib-hdr-rail").bandwidth_gb_per_s      # one HDR port as a rail (nccl-tests)
 HDR_SHARED = link_spec("ib-hdr").bandwidth_gb_per_s    # the network alone: one port per node (seed 002)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpuadvisor.schemas import (Cluster, CpuInfo, Device, DeviceLink, LinkClass, Network, Nic, Node, NodeAccess)
+from gpuadvisor.schemas import CpuInfo, Device, DeviceLink, LinkClass, Nic, Node, NodeAccess
 
 GiB = 2**30
 

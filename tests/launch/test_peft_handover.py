@@ -16,7 +16,7 @@ import pytest
 from gpuadvisor.hardware.catalog import network_from_key
 from gpuadvisor.launch import build_launch, emit, make_job
 from gpuadvisor.launch import peft as handover
-from gpuadvisor.schemas import Cluster, ModelSpec, Plan, parse_plan
+from gpuadvisor.schemas import Cluster, ModelSpec, parse_plan
 from gpuadvisor.schemas.job import TrainerJob
 from gpuadvisor.schemas.workload import FineTune
 from gpuadvisor.workload.finetune import adapter_params

@@ -14,7 +14,6 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

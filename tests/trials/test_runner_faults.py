@@ -10,8 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 from gpuadvisor.schemas import TrialRecord
 from gpuadvisor.trials.classify import classify
 from gpuadvisor.trials.runner import run_trial

@@ -1,12 +1,10 @@
 """The confirm study on SQLite and on PostgreSQL: seeding, OOM and dedupe rules, resume, crash recovery."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from collections import Counter

@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...hardware.catalog import NIC_PROTOCOL
 from ...schemas import Cluster, LinkClass
 from ...schemas.hardware import SWITCHED, Nic, Node, joined
 
@@ -417,9 +418,6 @@ class Topology:
 
 
 # Nic.kind -> Network.protocol of the transport NCCL runs over the port (RDMA verbs, or TCP sockets)
-_NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
-
-
 def nvswitch_sharp(node: Node, links_per_gpu: int) -> bool:
     """Whether NCCL runs its NVLS all-reduce inside `node`: GPUs of compute capability 9.0+ (Hopper, Blackwell) that
     meet through an NVSwitch with in-switch reduction (NVLink SHARP, third-generation NVSwitch on: HGX H100/H200,
@@ -484,7 +482,7 @@ def rail_nics(node: Node, cluster: Cluster) -> list[Nic]:
         return []
     out = []
     for nic in node.nics:
-        if nic.bandwidth_gb_per_s is None or _NIC_PROTOCOL.get(nic.kind) != net.protocol:
+        if nic.bandwidth_gb_per_s is None or NIC_PROTOCOL.get(nic.kind) != net.protocol:
             continue
         if net.link_speed_gbit_per_s and nic.speed_gbit_per_s and nic.speed_gbit_per_s != net.link_speed_gbit_per_s:
             continue
@@ -561,7 +559,7 @@ def nvls_allreduce_s(size_bytes, n, bw, lat, bw_factor):
     multicasts, so each GPU sends and receives the buffer once, S / (bw_factor · bw) against the ring's
     2(n−1)/n · S / bw (calibration network.nvls_bw_factor, fitted on nccl-tests sweeps of 5-8 H200 and B200), plus
     the ring all-reduce's latency, 2(n−1)α: on 8 H200s the sweep's 8-256 MiB points fit 70 µs + S / (0.74 · 360
-    GB/s) within 8 % (nccl_busbw.csv mleng_h200_nvlink4_allreduce), where below 8 MiB NCCL keeps the ring and its LL
+    GB/s) within 9 % (nccl_busbw.csv mleng_h200_nvlink4_allreduce), where below 8 MiB NCCL keeps the ring and its LL
     protocol (the min() in allreduce_s). inf where `bw_factor` is 0 (no NVLS: across nodes, NVLink without a SHARP
     switch, PCIe)."""
     f = np.asarray(bw_factor, dtype=float)
