@@ -120,6 +120,8 @@ def test_host_copies_run_at_the_slots_width_and_trained_generation():
         d.model_copy(update={"pcie_gen": 1, "pcie_gen_max": 4, "pcie_width": 16, "pcie_width_max": 16})
         for d in n.devices]}) for n in box.nodes]})
     assert Context(idle, wl).host_bw == pytest.approx(full)
+    # Gen5 at the rate measured on H200 nodes (nvbandwidth and probes/hostcopy.py: 55 GB/s), not Gen4 doubled
+    assert Context(load_preset("hgx-h100-8x"), wl).host_bw == pytest.approx(55e9)
 
 
 def _matrix_cluster(rows, name):
