@@ -118,3 +118,23 @@ def test_nvls_fits_the_h200_size_sweep_from_8_mib():
     big = [o for o in rows if o.row.size_bytes >= 8 * 2**20]
     assert len(big) == 12
     assert all(abs(o.ratio - 1.0) < 0.09 for o in big), [(o.row.size_bytes, round(o.ratio, 3)) for o in big]
+
+
+@pytest.mark.parametrize("capture,gpus,expected", [
+    ("21_h100-8gpu-nv18-9nic-truncated-nic-rows.txt", "8x H100 80GB HBM3", True),
+    ("06_dgx-a100-nv12-12xmlx5-named-cols.txt", "8x A100-SXM4-80GB", False),
+])
+def test_nvls_from_a_saved_topology_capture(tmp_path, capture, gpus, expected):
+    """A cluster file that points at a real `nvidia-smi topo -m` capture: an HGX H100's NV18 matrix is an NVLS node,
+    a DGX A100's NV12 one is not (second-generation NVSwitch)."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from gpuadvisor.hardware.cluster_file import load_cluster
+
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "topo" / capture, tmp_path / capture)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"name": "c", "nodes": [{"name": "n", "gpus": gpus,
+                                                                             "topology": capture}]}))
+    assert (Context(load_cluster(tmp_path / "c.yaml"), make_workload("124M")).nvls_factor > 0) is expected
