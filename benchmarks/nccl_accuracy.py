@@ -41,6 +41,11 @@ def main(argv=None) -> int:
         print(f"{t['source'][:30]:30} {t['gpu'][:6]:6} {t['rows']:>4} {t['median_ratio']:>9.2f} "
               f"{_f(t['mape_large_pct']):>16} {t['rows_large']:>4} {_f(t['mape_small_pct']):>13} "
               f"{t['rows_small']:>4}  {t['sets'] or '-'}")
+    notes = sorted({(o.case.source_id, o.case.note) for o in out if o.case.note})
+    if notes:
+        print("\nStand-ins:")
+        for sid, note in notes:
+            print(f"  {sid}: {note}")
     return 0
 
 

@@ -65,7 +65,8 @@ def load_collectives() -> list[CollectiveRow]:
     return out
 
 
-def _node(gpus: str, topology: str, nodes: int = 1, nics: Optional[str] = None, **extra) -> dict:
+def _node(gpus: str, topology: object, nodes: int = 1, nics: Optional[str] = None, **extra) -> dict:
+    """A cluster file (concise form) of `nodes` alike nodes, with `nics` rails when there are several."""
     data: dict = {"name": "nccl-tests", "defaults": {"gpus": gpus, "topology": topology, **extra},
                   "nodes": [{"name": "n", "count": nodes}]}
     if nodes > 1:
@@ -111,8 +112,8 @@ CASES: tuple[Case, ...] = (
          note="16x 200 Gb/s EFA per node (3.2 Tb/s), stated as 8 NDR rails"),
     Case("nccl_tests_issue_119", lambda k: _node("8x A100-SXM4-40GB", "NV12", k, "4x ib-hdr"), _gpu("A100"),
          sets="links.yaml ib-hdr-rail (24 GB/s per port)"),
-    Case("autodl_2080ti_pcie_nop2p", lambda k: {**_node("2x RTX 3090", "PIX"), "defaults": {
-        "gpus": "2x RTX 3090", "topology": {"link": "PIX", "p2p": False}, "pcie": {"gen": 3, "width": 16}}},
+    Case("autodl_2080ti_pcie_nop2p",
+         lambda k: _node("2x RTX 3090", {"link": "PIX", "p2p": False}, pcie={"gen": 3, "width": 16}),
          _gpu("RTX 2080"), note="RTX 2080 Ti is not in knowledge/gpus.yaml: an RTX 3090 in a PCIe 3.0 x16 slot "
                                   "stands in (the link, not the GPU, sets an all-reduce without P2P)"),
 )

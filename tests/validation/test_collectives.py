@@ -1,0 +1,39 @@
+"""The nccl-tests check (publicruns.collectives, benchmarks/nccl_accuracy.py): every case prices rows, the bus bandwidth
+convention is nccl-tests', and the bandwidth-bound rows it cannot set by itself stay where docs/calibration.md says."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuadvisor.publicruns.collectives import (CASES, CollectiveRow, evaluate_collectives, load_collectives,
+                                               summarize_collectives)
+
+
+def test_every_case_prices_rows_and_every_time_is_finite():
+    out = evaluate_collectives()
+    covered = {(o.case.source_id, o.case.note, o.case.sets) for o in out}
+    assert len(covered) == len({(c.source_id, c.note, c.sets) for c in CASES})
+    assert all(math.isfinite(o.predicted_s) and o.predicted_s > 0 for o in out)
+    assert len(out) == sum(t["rows"] for t in summarize_collectives(out)) >= 140
+    # rows without a size, a bus bandwidth or a GPU count (plateaus, ranges) are not loaded
+    assert all(r.size_bytes > 0 and r.busbw > 0 and r.gpus > 1 for r in load_collectives())
+
+
+def test_bus_bandwidth_is_nccl_tests_convention():
+    """nccl-tests: all-reduce busbw = 2(n-1)/n x size / time, all-gather and reduce-scatter (n-1)/n."""
+    ar = CollectiveRow("s", "r", "g", 8, 1, "all_reduce", "", 1e9, 100.0)
+    ag = CollectiveRow("s", "r", "g", 8, 1, "all_gather", "", 1e9, 100.0)
+    assert ar.measured_s == pytest.approx(1.75 * 1e9 / 100e9)
+    assert ag.measured_s == pytest.approx(0.875 * 1e9 / 100e9)
+
+
+def test_independent_bandwidth_bound_rows():
+    """Rows that set no constant: the 8-A100 NVSwitch sweep from 8 MiB within 11 % mean |error| (its 16-256 MiB
+    ramp reads 0.70-0.84 predicted/measured: known gap) and two RTX 2080 Ti without P2P predicted ~1.7x fast
+    (seed 002's PCIe 4.0 efficiency on a PCIe 3.0 cloud host: left alone)."""
+    table = {(t["source"], t["gpu"]): t for t in summarize_collectives(evaluate_collectives())}
+    a100 = table[("mleng_a100_nvlink3_allreduce", "A100")]
+    assert a100["mape_large_pct"] < 12.0 and 0.9 < a100["median_ratio"] < 1.05
+    pcie = table[("autodl_2080ti_pcie_nop2p", "RTX")]
+    assert 0.55 < pcie["median_ratio"] < 0.8
