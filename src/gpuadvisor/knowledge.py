@@ -96,7 +96,7 @@ class NetworkLink(Frozen):
     """An inter-node network entry (or shm/loopback)."""
 
     key: str
-    protocol: Literal["tcp", "roce", "ib", "unknown"]
+    protocol: Literal["tcp", "roce", "ib", "efa", "unknown"]
     link_speed_gbit_per_s: Optional[float] = None
     bandwidth_gb_per_s: float
     latency_us: float
@@ -128,7 +128,7 @@ class LinkSpec(Frozen):
     key: str
     kind: Literal["pcie", "nvlink", "shm", "network"]
     link_class: LinkClass
-    protocol: Literal["tcp", "roce", "ib", "unknown"] = "unknown"
+    protocol: Literal["tcp", "roce", "ib", "efa", "unknown"] = "unknown"
     p2p: Optional[bool] = None
     bandwidth_gb_per_s: float = Field(description="Effective bus bandwidth for collectives (busbw), GB/s")
     latency_us: float = Field(description="Alpha per ring step, microseconds")

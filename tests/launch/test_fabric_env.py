@@ -122,3 +122,17 @@ def test_socket_tuning_by_speed(key, threads):
     common, _ = _env(cl, 2)
     assert common.get("NCCL_SOCKET_NTHREADS") == threads
     assert common["NCCL_IB_DISABLE"] == ("0" if key.startswith("roce") else "1")
+
+
+def test_efa_cluster_runs_nccl_over_libfabric_not_ib_verbs():
+    """AWS EFA (p4d: four 100 Gb/s adapters per 8 GPUs): libfabric's efa provider with GPUDirect RDMA, sockets only for
+    the bootstrap, no IB verbs settings (the adapters are the plugin's to pick); also when the network names no
+    protocol but every node has an EFA."""
+    nics = [Nic(name=f"efa_{i}", kind="efa", speed_gbit_per_s=100, closest_devices=[2 * i, 2 * i + 1])
+            for i in range(4)] + [Nic(name="ens32", speed_gbit_per_s=100, operstate="up")]
+    nodes = [node(n, 8, nics=nics, numa=[0] * 8) for n in ("a", "b")]
+    for net in (network_from_key("efa-100g"), network_from_key("efa-100g").model_copy(update={"protocol": "unknown"})):
+        common, per_node = _env(Cluster(name="p4d", source="test", nodes=nodes, network=net), 8)
+        assert common["FI_PROVIDER"] == "efa" and common["FI_EFA_USE_DEVICE_RDMA"] == "1"
+        assert "NCCL_IB_DISABLE" not in common and "NCCL_IB_HCA" not in per_node[0]
+        assert per_node[0]["NCCL_SOCKET_IFNAME"] == "ens32"

@@ -73,6 +73,19 @@ def test_roce_multi_port_and_odd_rates(tmp_path):
     assert rdma_netdevs(tmp_path) == {"mlx5_1": ["ens2f0", "ens2f1"]}
 
 
+def test_efa_is_its_own_kind_and_rates_as_an_efa_rail(tmp_path):
+    """An AWS Elastic Fabric Adapter (efa_N, driver efa) has no InfiniBand or Ethernet link layer: kind "efa", which
+    the catalog rates from its speed as an EFA rail (knowledge/links.yaml efa-100g-rail), not as InfiniBand."""
+    from gpuadvisor.hardware.catalog import rate_nic
+
+    ib_device(tmp_path, "efa_0", {1: ("100 Gb/sec (4X EDR)", "Unspecified", "4: ACTIVE")}, driver="efa")
+    ib_device(tmp_path, "rdmap16s27", {1: ("100 Gb/sec (4X EDR)", "Unspecified", "4: ACTIVE")}, driver="efa")
+    nics = by_name(read_nics(tmp_path))
+    assert {n.kind for n in nics.values()} == {"efa"}
+    rated = rate_nic(nics["efa_0"])
+    assert (rated.link, rated.bandwidth_gb_per_s, rated.latency_us) == ("efa-100g-rail", 11.4, 75.0)
+
+
 def test_fractional_ib_rate(tmp_path):
     ib_device(tmp_path, "mlx4_0", {1: ("56.25 Gb/sec (4X FDR)", "InfiniBand", "4: ACTIVE")})
     assert read_nics(tmp_path)[0].speed_gbit_per_s == 56.25

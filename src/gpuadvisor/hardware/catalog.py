@@ -152,9 +152,10 @@ def network_from_key(
     )
 
 
-# Nic.kind -> links.yaml protocol of the transport NCCL runs over it (RDMA verbs, or TCP sockets)
-NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "ethernet": "tcp"}
-_NIC_KIND = {"ib": "infiniband", "roce": "roce", "tcp": "ethernet"}
+# Nic.kind -> links.yaml protocol of the transport NCCL runs over it (RDMA verbs, AWS's libfabric plugin over EFA,
+# or TCP sockets)
+NIC_PROTOCOL = {"infiniband": "ib", "roce": "roce", "efa": "efa", "ethernet": "tcp"}
+_NIC_KIND = {"ib": "infiniband", "roce": "roce", "efa": "efa", "tcp": "ethernet"}
 RAIL_SUFFIX = "-rail"
 
 

@@ -124,7 +124,7 @@ class NetworkSpec(_Spec):
     link: Optional[str] = Field(None, description="1gbe, 10gbe, 25gbe, 100gbe, roce-100g, ib-hdr, ib-ndr, ...")
     bandwidth_gb_per_s: Optional[LinkBandwidth] = None
     latency_us: Optional[Latency] = None
-    protocol: Optional[Literal["tcp", "roce", "ib", "unknown"]] = None
+    protocol: Optional[Literal["tcp", "roce", "ib", "efa", "unknown"]] = None
     link_speed_gbit_per_s: Optional[LinkSpeed] = None
     nic: Optional[str] = Field(None, description="The one interface the job uses between nodes (no rails)")
     nics: Optional[Union[str, list[Nic]]] = Field(

@@ -14,7 +14,7 @@ from ..schemas.launch import LaunchConfig, NodeLaunch
 from ..schemas.plan import Plan, ZeroImpl, check_plan_for, fsdp_trainer_runs
 from ..schemas.workload import FLASH_KERNELS, Workload
 from .deepspeed import deepspeed_command, deepspeed_config, hostfile_text, hybrid_reason, runs_on_deepspeed
-from .environment import common_env, node_env, numa_binding, rdma_fabric
+from .environment import common_env, efa_fabric, node_env, numa_binding, rdma_fabric
 from .placement import NODE_LINES_MAX, choose_nodes, placement_notes
 
 TRAINER_MODULE = "gpuadvisor.trainers"
@@ -440,14 +440,15 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         from .torchtitan import MODULE as module
 
         trainer_args = titan_args(n_steps, out_dir)
-    rdma = multi and rdma_fabric(cluster, nodes)
+    efa = multi and efa_fabric(cluster, nodes)
+    rdma = multi and not efa and rdma_fabric(cluster, nodes)
     launches = []
     for rank, (node, used) in enumerate(placed):
         numa = numa_binding(used, node) if used[0].kind == "gpu" else None
         launches.append(NodeLaunch(
             node=node.name, node_rank=rank, numa_binding=numa,
             argv=_torchrun(plan, node, rank, len(placed), endpoint, rid, numa is not None, trainer_args, module),
-            env=node_env(node, used, plan, cluster, multi, rdma)))
+            env=node_env(node, used, plan, cluster, multi, rdma, efa)))
     notes = fp8_notes(plan, workload, gpu=gpu, deepspeed_json=ds is not None)
     notes += attention_notes(plan, workload, placed[0][1][0])
     notes += recompute_notes(plan)

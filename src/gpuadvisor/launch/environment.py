@@ -3,7 +3,8 @@
 NCCL has two kinds of network names (NCCL User Guide, "Environment Variables"):
 - IP interfaces (netdevs: eno1, ens1f0np0, ib0 for IPoIB) carry sockets: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME;
 - RDMA devices (HCAs: mlx5_0, mlx5_0:1, bnxt_re0, efa_0, irdma0) carry the IB verbs transport (InfiniBand or
-  RoCE): NCCL_IB_HCA, never NCCL_SOCKET_IFNAME.
+  RoCE): NCCL_IB_HCA, never NCCL_SOCKET_IFNAME. AWS's Elastic Fabric Adapters (efa_0, Nic.kind "efa") carry NCCL
+  through AWS's libfabric plugin (aws-ofi-nccl) instead, which the FI_* variables steer (`efa_env`).
 `fabric_env` picks each per node and says why; `socket_tuning` adds NCCL_SOCKET_NTHREADS/NCCL_NSOCKS_PERTHREAD
 for 25-100+ GbE TCP, which knowledge/links.yaml's 100gbe rate assumes.
 """
@@ -29,8 +30,8 @@ SOCKET_TUNING_MIN_GBIT = 25.0
 
 
 def is_hca(nic: Nic) -> bool:
-    """True for an RDMA device (mlx5_0, mlx5_0:1, efa_0...), which is no IP interface."""
-    return bool(_HCA.match(nic.name))
+    """True for an RDMA device (mlx5_0, mlx5_0:1, efa_0, an EFA under its PCI name...), which is no IP interface."""
+    return bool(_HCA.match(nic.name)) or nic.kind == "efa"
 
 
 def _usable(nic: Nic) -> bool:
@@ -75,6 +76,25 @@ def rdma_fabric(cluster: Cluster, nodes: list[Node]) -> bool:
     return proto == "unknown" and all(has_rdma(n) for n in nodes)
 
 
+def efa_fabric(cluster: Cluster, nodes: list[Node]) -> bool:
+    """True when the job's inter-node traffic goes over AWS EFA: the network says efa, or every node has an EFA and
+    the network names no protocol."""
+    proto = cluster.network.protocol if cluster.network is not None else "unknown"
+    if proto == "efa":
+        return True
+    return proto == "unknown" and all(any(n.kind == "efa" and _usable(n) for n in node.nics) for node in nodes)
+
+
+def efa_env() -> list[EnvVar]:
+    """AWS EFA: NCCL's net plugin (aws-ofi-nccl, on AWS's Deep Learning AMIs and containers) over libfabric's efa
+    provider, with GPUDirect RDMA where the instance has it (p4d, p5 and later)."""
+    why = "AWS EFA: NCCL talks to the adapters through AWS's libfabric plugin (aws-ofi-nccl; AWS EFA user guide)"
+    return [EnvVar(name="FI_PROVIDER", value="efa", reason=f"{why}: libfabric's efa provider, not TCP"),
+            EnvVar(name="FI_EFA_USE_DEVICE_RDMA", value="1",
+                   reason="AWS EFA: GPUDirect RDMA between GPU memory and the adapter (p4d, p5 and later; AWS's "
+                          "NCCL set-up guides set it)")]
+
+
 def _no_p2p_pairs(node: Node, used: list[Device]) -> list[tuple[int, int]]:
     """Pairs of used devices whose link reports no CUDA peer-to-peer."""
     idx = {d.index for d in used}
@@ -95,14 +115,17 @@ def numa_binding(used: list[Device], node: Node) -> Optional[str]:
             f"by hand: {manual}")
 
 
-def fabric_env(node: Node, used: list[Device], cluster: Cluster, gpu: bool, rdma: bool) -> list[EnvVar]:
-    """Socket interface (IP netdev) and, on an IB/RoCE fabric, NCCL_IB_HCA for this node's rails."""
+def fabric_env(node: Node, used: list[Device], cluster: Cluster, gpu: bool, rdma: bool,
+               efa: bool = False) -> list[EnvVar]:
+    """Socket interface (IP netdev) and, on an IB/RoCE fabric, NCCL_IB_HCA for this node's rails (on EFA the
+    plugin picks its adapters)."""
     env: list[EnvVar] = []
     nic = inter_node_nic(node, cluster)
     if nic:
         why = f"{node.name} reaches the other nodes through the IP interface {nic}"
         if gpu:
-            what = "NCCL bootstrap only; data goes over IB verbs" if rdma else "NCCL bootstrap and data sockets"
+            what = ("NCCL bootstrap only; data goes over IB verbs" if rdma else
+                    "NCCL bootstrap only; data goes over EFA" if efa else "NCCL bootstrap and data sockets")
             env.append(EnvVar(name="NCCL_SOCKET_IFNAME", value=nic, reason=f"{why} ({what})"))
         env.append(EnvVar(name="GLOO_SOCKET_IFNAME", value=nic, reason=f"{why} (gloo and torchrun's store)"))
     if gpu and rdma:
@@ -117,12 +140,12 @@ def fabric_env(node: Node, used: list[Device], cluster: Cluster, gpu: bool, rdma
 
 
 def node_env(node: Node, used: list[Device], plan: Plan, cluster: Cluster, multi_node: bool,
-             rdma: bool = False) -> list[EnvVar]:
+             rdma: bool = False, efa: bool = False) -> list[EnvVar]:
     """Per-node variables: socket interface, IB HCAs, P2P, threads per rank, visible devices."""
     env: list[EnvVar] = []
     gpu = used[0].kind == "gpu"
     if multi_node:
-        env += fabric_env(node, used, cluster, gpu, rdma)
+        env += fabric_env(node, used, cluster, gpu, rdma, efa)
     if gpu:
         pairs = _no_p2p_pairs(node, used)
         if pairs:
@@ -195,8 +218,10 @@ def common_env(plan: Plan, nodes: list[Node], used: list[list[Device]], multi_no
 
 
 def network_env(cluster: Cluster, nodes: list[Node]) -> list[EnvVar]:
-    """IB/RoCE vs TCP settings for the whole job, each with its reason."""
+    """IB/RoCE vs EFA vs TCP settings for the whole job, each with its reason."""
     net = cluster.network
+    if efa_fabric(cluster, nodes):
+        return efa_env()
     if rdma_fabric(cluster, nodes):
         proto = net.protocol if net is not None and net.protocol in ("ib", "roce") else "ib/roce"
         if proto == "roce":

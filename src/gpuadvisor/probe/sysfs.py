@@ -122,15 +122,19 @@ def _ib_ports(dev: Path) -> list[Nic]:
     except OSError:
         return []
     out = []
+    driver = _link_name(dev / "device" / "driver")
+    # an AWS Elastic Fabric Adapter (efa_0, driver efa) reports no InfiniBand or Ethernet link layer
+    efa = driver == "efa" or dev.name.startswith("efa")
     for port in ports:
         layer = (_read(port / "link_layer") or "").lower()
-        kind = "infiniband" if layer == "infiniband" else "roce" if layer == "ethernet" else "unknown"
+        kind = ("efa" if efa else "infiniband" if layer == "infiniband" else "roce" if layer == "ethernet"
+                else "unknown")
         name = dev.name if len(ports) == 1 else f"{dev.name}:{port.name}"
         out.append(Nic(
             name=name,
             kind=kind,  # type: ignore[arg-type]
             speed_gbit_per_s=_rate_gbit(_read(port / "rate")),
-            driver=_link_name(dev / "device" / "driver"),
+            driver=driver,
             operstate=_state(_read(port / "state")),
             numa_node=_numa(dev / "device"),
         ))
@@ -154,7 +158,7 @@ def read_nics(root: str | os.PathLike[str] = "/", warnings: Optional[list[str]] 
 
     Returns:
         Netdevs first (sorted by name, loopback included with kind "loopback"), then one Nic per RDMA port
-        (kind "infiniband" or "roce", named `mlx5_0`, or `mlx5_0:2` when the device has several ports).
+        (kind "infiniband", "roce" or "efa", named `mlx5_0`, or `mlx5_0:2` when the device has several ports).
         Unknown or sentinel values are None; nothing here raises on odd trees.
     """
     virtual: list[str] = []

@@ -96,10 +96,10 @@ class DeviceLink(Frozen):
 
 
 class Nic(Frozen):
-    """A network interface (Ethernet, RoCE or InfiniBand port)."""
+    """A network interface (Ethernet, RoCE or InfiniBand port, or an AWS Elastic Fabric Adapter)."""
 
     name: str
-    kind: Literal["ethernet", "infiniband", "roce", "loopback", "unknown"] = "ethernet"
+    kind: Literal["ethernet", "infiniband", "roce", "efa", "loopback", "unknown"] = "ethernet"
     speed_gbit_per_s: Optional[float] = Field(None, description="Negotiated link speed, None if unknown/sentinel")
     speed_max_gbit_per_s: Optional[float] = Field(
         None, description="Fastest speed the port supports (ethtool supported link modes), None if unknown"
@@ -183,7 +183,7 @@ class Network(Frozen):
 
     bandwidth_gb_per_s: LinkBandwidth = Field(description="Achievable per-node bandwidth for collectives, GB/s")
     latency_us: Latency = Field(description="Per-message latency (alpha), microseconds")
-    protocol: Literal["tcp", "roce", "ib", "unknown"] = "tcp"
+    protocol: Literal["tcp", "roce", "ib", "efa", "unknown"] = "tcp"
     link_speed_gbit_per_s: Optional[LinkSpeed] = Field(None, description="Nominal wire speed, Gbit/s")
     nic: Optional[str] = Field(None, description="Interface name used between nodes")
     rate_source: RateSource = "catalog"

@@ -417,7 +417,6 @@ class Topology:
                      per_flow, int(hops.max()), chain_max, busiest, rails)
 
 
-# Nic.kind -> Network.protocol of the transport NCCL runs over the port (RDMA verbs, or TCP sockets)
 def nvswitch_sharp(node: Node, links_per_gpu: int) -> bool:
     """Whether NCCL runs its NVLS all-reduce inside `node`: GPUs of compute capability 9.0+ (Hopper, Blackwell) that
     meet through an NVSwitch with in-switch reduction (NVLink SHARP, third-generation NVSwitch on: HGX H100/H200,
