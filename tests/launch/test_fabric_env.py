@@ -68,6 +68,8 @@ def test_every_preset(name):
             if v.name == "NCCL_IB_DISABLE")
         assert common["NCCL_SOCKET_NTHREADS"] == "2" and common["NCCL_NSOCKS_PERTHREAD"] == "4"
         assert per_node[0]["NCCL_SOCKET_IFNAME"] == "ens1f0"
+    if name == "aws-p4d-2nodes-efa":  # AWS: libfabric over EFA, no IB verbs settings
+        assert common["FI_PROVIDER"] == "efa" and "NCCL_IB_DISABLE" not in common and "NCCL_IB_HCA" not in per_node[0]
     if name == "nano-cluster-2x2-a40-1gbe":
         assert common["NCCL_IB_DISABLE"] == "1" and "NCCL_SOCKET_NTHREADS" not in common
 
