@@ -78,3 +78,56 @@ def test_probe_measure_compute_replaces_rates_with_the_matmul_probe():
     # one thread of a CPU core: far below the 5 TFLOP/s the hosts file claimed, but positive
     assert dev.rate_source == "measured" and 0.001 < dev.achieved_tflops < 2.0, dev
     assert dev.peak_tflops_fp32 == dev.achieved_tflops
+
+
+def _rail_node(name: str, kind: str = "infiniband", speed: float = 200.0, per_gpu: int = 1, gpus: int = 8) -> Node:
+    """A probed GPU node as the probe reports it (ports with kind and speed, unrated), rated as probe_cluster rates
+    it; `per_gpu` ports closest to each GPU, and the management interface eth0."""
+    from gpuadvisor.remote.cluster_probe import _rate_rails
+
+    devs = [Device(index=i, kind="gpu", name="A100", memory_bytes=2**36, peak_tflops_bf16=312, peak_tflops_fp32=19.5,
+                   memory_bandwidth_gb_per_s=2039) for i in range(gpus)]
+    pre = "efa_" if kind == "efa" else "mlx5_"
+    ports = [Nic(name=f"{pre}{j}", kind=kind, speed_gbit_per_s=speed, operstate="active",
+                 closest_devices=[j // per_gpu]) for j in range(gpus * per_gpu)]
+    eth = Nic(name="eth0", kind="ethernet", speed_gbit_per_s=100, operstate="up")
+    return _rate_rails(Node(name=name, devices=devs, nics=[eth, *ports], access=NodeAccess(ifname="eth0")))
+
+
+def test_probed_rdma_ports_are_rails_until_and_after_measurement():
+    """A remote probe of two 8-GPU nodes with one HDR port per GPU: the ports are rated as rails (as a cluster file
+    rates them), the guessed network is their InfiniBand (not TCP on eth0), and a one-rank-per-node measurement
+    rates every port at the measured busbw instead of pinning the whole node to the one port it drove."""
+    from gpuadvisor.costmodel.analytical.comm import Topology
+    from gpuadvisor.remote.cluster_probe import (InternodeMeasurement, _guess_network, measured_network, rail_protocol,
+                                                 with_network)
+
+    nodes = [_rail_node("a"), _rail_node("b")]
+    assert rail_protocol(nodes) == "ib" and all(n.link == "ib-hdr-rail" for n in nodes[0].nics[1:])
+    notes: list[str] = []
+    guess = _guess_network(nodes, notes)
+    assert guess is not None and (guess.protocol, guess.nic, guess.bandwidth_gb_per_s) == ("ib", None, 24.0)
+    cl = Cluster(name="c", nodes=nodes, network=guess)
+    assert Topology(cl).group("dp", 16, 1, 1, 2, 8, "tp-dp-pp").rails == 8
+    m = InternodeMeasurement(network=measured_network(cl, 21.0, 6.0, gpu=True))
+    assert (m.network.protocol, m.network.nic) == ("ib", None)
+    done = with_network(cl, m)
+    ports = [n for n in done.nodes[0].nics if n.kind == "infiniband"]
+    assert {(p.bandwidth_gb_per_s, p.rate_source) for p in ports} == {(21.0, "measured")}
+    g = Topology(done).group("dp", 16, 1, 1, 2, 8, "tp-dp-pp")
+    assert g.rails == 8 and g.net_bw_per_flow == pytest.approx(8 * 21.0)
+    # four EFA ports per GPU (a p5): the rank drove four, so each gets a quarter of the measured busbw
+    efa = [_rail_node("a", "efa", 100, per_gpu=4), _rail_node("b", "efa", 100, per_gpu=4)]
+    cl = Cluster(name="p5", nodes=efa, network=_guess_network(efa, []))
+    done = with_network(cl, InternodeMeasurement(network=measured_network(cl, 40.0, 80.0, gpu=True)))
+    assert {n.bandwidth_gb_per_s for n in done.nodes[1].nics if n.kind == "efa"} == {10.0}
+
+
+def test_ethernet_only_nodes_keep_the_measured_interface():
+    """Without RDMA ports the measurement stays what it was: the interface it ran over, shared by the node's ranks."""
+    from gpuadvisor.remote.cluster_probe import measured_network, rail_protocol
+
+    cl = _cluster(_node("a", speed=100), _node("b", speed=100))
+    assert rail_protocol(cl.nodes) is None
+    net = measured_network(cl, 5.0, 40.0, gpu=True)
+    assert (net.protocol, net.nic, net.link_speed_gbit_per_s) == ("unknown", "eth0", 100.0)

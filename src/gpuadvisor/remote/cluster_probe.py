@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 from ..errors import UserError
 from ..launch.build import rdzv_host_args
 from ..hardware.build import cluster_from_probe
+from ..hardware.catalog import NIC_PROTOCOL, rate_nic
 from ..paths import probes_dir
 from ..probe.measure import ProbeError, parse_probe_output
 from ..schemas._base import Frozen
@@ -105,10 +106,47 @@ def _nic_of(node: Node) -> Optional[Nic]:
     return next((n for n in node.nics if n.name == node.access.ifname), None) if node.access.ifname else None
 
 
+#: NIC kinds whose ports a GPU job's NCCL uses as rails (RDMA verbs, AWS's EFA plugin)
+_RAIL_KINDS = ("infiniband", "roce", "efa")
+
+
+def _rate_rails(node: Node) -> Node:
+    """The node with its RDMA ports rated as rails from their kind and speed (hardware.catalog.rate_nic), as a cluster
+    file rates them: the probe reports kind and speed only."""
+    nics = [rate_nic(n) if n.kind in _RAIL_KINDS and n.bandwidth_gb_per_s is None else n for n in node.nics]
+    return node.model_copy(update={"nics": nics})
+
+
+def _rails(node: Node) -> list[Nic]:
+    """The node's rated RDMA ports that are not down."""
+    return [n for n in node.nics if n.kind in _RAIL_KINDS and n.bandwidth_gb_per_s and n.operstate != "down"]
+
+
+def rail_protocol(nodes: list[Node]) -> Optional[str]:
+    """The one RDMA protocol (ib, roce, efa) whose rated ports every GPU node has, else None: what a GPU job's NCCL
+    sends over between the nodes, one port per GPU where the node has them (costmodel comm.rail_nics)."""
+    protos = {frozenset(NIC_PROTOCOL[n.kind] for n in _rails(node)) for node in nodes}
+    if len(protos) != 1:
+        return None
+    (one,) = protos
+    return next(iter(one)) if len(one) == 1 else None
+
+
 def _guess_network(nodes: list[Node], notes: list[str]) -> Optional[Network]:
-    """An assumed TCP network from the slowest inter-node NIC speed, until measure_internode replaces it."""
+    """The network until measure_internode replaces it: the nodes' RDMA rails at their catalog rates where every GPU
+    node has them (rail_protocol), else an assumed TCP network from the slowest inter-node NIC speed."""
     if len(nodes) < 2:
         return None
+    gpu = any(d.kind == "gpu" for n in nodes for d in n.devices)
+    proto = rail_protocol(nodes) if gpu else None
+    if proto:
+        rails = _rails(nodes[0])
+        notes.append(f"network: each node's {proto} ports as rails at their catalog rates ({rails[0].link}: "
+                     f"{rails[0].bandwidth_gb_per_s:g} GB/s each); measure them (measure_internode) before trusting "
+                     "multi-node rankings")
+        return Network(bandwidth_gb_per_s=float(rails[0].bandwidth_gb_per_s or 0.0),
+                       latency_us=float(rails[0].latency_us or 5.0), protocol=proto,  # type: ignore[arg-type]
+                       rate_source="catalog")
     speeds = [s for s in ((_nic_of(n) or Nic(name="?")).speed_gbit_per_s for n in nodes) if s]
     speed = min(speeds) if speeds else 1.0
     notes.append(f"network: assumed from a {speed:g} Gbit/s NIC speed in /sys (TCP at ~60% of wire); "
@@ -137,7 +175,7 @@ def probe_cluster(hosts_cluster: Cluster, *, timeout_s: float = 120.0, measure_c
         with ThreadPoolExecutor(max_workers=min(8, len(hosts_cluster.nodes))) as pool:
             results = list(pool.map(lambda n: probe_node(n, timeout_s), hosts_cluster.nodes))
     notes: list[str] = list(hosts_cluster.notes)
-    nodes = [_merge_node(h, r, notes, m) for h, (r, m) in zip(hosts_cluster.nodes, results)]
+    nodes = [_rate_rails(_merge_node(h, r, notes, m)) for h, (r, m) in zip(hosts_cluster.nodes, results)]
     network = hosts_cluster.network or _guess_network(nodes, notes)
     return Cluster(name=hosts_cluster.name, nodes=nodes, network=network,
                    source=f"probe ({len(nodes)} nodes via access)", notes=notes)
@@ -271,10 +309,7 @@ def internode_measurement(cluster: Cluster, *, port: int = 29530, timeout_s: flo
     bw = _busbw(ar) if ar is not None else _busbw(sr)  # type: ignore[arg-type]
     n = len(cluster.nodes)
     lat = _latency_us(sr) if sr is not None else _latency_us(ar) / (2 * (n - 1))  # type: ignore[arg-type]
-    speeds = [s for s in ((_nic_of(x) or Nic(name="?")).speed_gbit_per_s for x in cluster.nodes) if s]
-    net = Network(bandwidth_gb_per_s=round(bw, 5), latency_us=round(lat, 2), protocol="tcp" if not gpu else "unknown",
-                  link_speed_gbit_per_s=min(speeds) if speeds else None, nic=cluster.nodes[0].access.ifname,
-                  rate_source="measured")
+    net = measured_network(cluster, bw, lat, gpu)
     return InternodeMeasurement(network=net, curves=curves, p2p_bandwidth_gb_per_s=_busbw(sr) if sr else None,
                                 warnings=[*_network_warnings(cluster, bw, gpu), *report.warnings],
                                 seconds=round(time.monotonic() - start, 2))
@@ -290,12 +325,44 @@ def measure_internode(cluster: Cluster, *, port: int = 29530, timeout_s: float =
     return internode_measurement(cluster, port=port, timeout_s=timeout_s, quick=quick).network
 
 
+def measured_network(cluster: Cluster, bw: float, lat: float, gpu: bool) -> Network:
+    """The Network a one-rank-per-node measurement gives: on GPU nodes with RDMA rails (rail_protocol) the rails'
+    protocol, unpinned (each GPU keeps its own port: with_network rates the ports from it), else the one interface
+    the measurement ran over (access.ifname), shared by the node's ranks."""
+    proto = rail_protocol(cluster.nodes) if gpu else None
+    if proto:
+        return Network(bandwidth_gb_per_s=round(bw, 5), latency_us=round(lat, 2), protocol=proto,  # type: ignore
+                       rate_source="measured")
+    speeds = [s for s in ((_nic_of(x) or Nic(name="?")).speed_gbit_per_s for x in cluster.nodes) if s]
+    return Network(bandwidth_gb_per_s=round(bw, 5), latency_us=round(lat, 2), protocol="tcp" if not gpu else "unknown",
+                   link_speed_gbit_per_s=min(speeds) if speeds else None, nic=cluster.nodes[0].access.ifname,
+                   rate_source="measured")
+
+
+def _measured_rails(node: Node, net: Network) -> Node:
+    """The node's rails of the network's protocol at the measured rate: one rank per node (on its first device) drove
+    the ports closest to that device, so each port gets the measured busbw over their count."""
+    rails = [n for n in _rails(node) if NIC_PROTOCOL[n.kind] == net.protocol]
+    first = min((d.index for d in node.devices), default=0)
+    used = max(1, sum(1 for n in rails if first in n.closest_devices)) if any(n.closest_devices for n in rails) else 1
+    per_port = round(net.bandwidth_gb_per_s / used, 5)
+    nics = [n.model_copy(update={"bandwidth_gb_per_s": per_port, "latency_us": net.latency_us,
+                                 "rate_source": "measured"}) if n in rails else n for n in node.nics]
+    return node.model_copy(update={"nics": nics})
+
+
 def with_network(cluster: Cluster, m: "InternodeMeasurement | Network") -> Cluster:
-    """`cluster` with the measured network (and its warnings in the notes)."""
+    """`cluster` with the measured network (and its warnings in the notes); on rails (measured_network) every port of
+    the network's protocol takes the measured rate."""
     net = m if isinstance(m, Network) else m.network
     notes = list(cluster.notes)
+    nodes = cluster.nodes
     if isinstance(m, InternodeMeasurement):
         notes.append(f"network: measured {net.bandwidth_gb_per_s:.4g} GB/s all-reduce busbw, "
                      f"{net.latency_us:.0f} us latency between {len(cluster.nodes)} nodes")
         notes.extend(m.warnings)
-    return cluster.model_copy(update={"network": net, "notes": notes})
+    if net.rate_source == "measured" and net.nic is None and net.protocol in ("ib", "roce", "efa"):
+        nodes = [_measured_rails(n, net) for n in cluster.nodes]
+        notes.append(f"network: one rank per node measured the {net.protocol} ports closest to its GPU; every GPU "
+                     "keeps its own ports (rails) at that rate per port")
+    return cluster.model_copy(update={"network": net, "notes": notes, "nodes": nodes})
