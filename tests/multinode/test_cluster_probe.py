@@ -131,3 +131,12 @@ def test_ethernet_only_nodes_keep_the_measured_interface():
     assert rail_protocol(cl.nodes) is None
     net = measured_network(cl, 5.0, 40.0, gpu=True)
     assert (net.protocol, net.nic, net.link_speed_gbit_per_s) == ("unknown", "eth0", 100.0)
+
+
+def test_rated_ib_port_is_not_called_unused_when_the_measurement_reached_it():
+    """An InfiniBand port beside the socket interface is flagged as unused only when the measured rate is well under
+    its rated one (NCCL fell back to TCP) or it has no rating; at the port's rate it carried the data."""
+    ib = Nic(name="mlx5_0", kind="infiniband", speed_gbit_per_s=200, operstate="active", bandwidth_gb_per_s=24.0)
+    cl = _cluster(_node("a", speed=100, extra=[ib]), _node("b", speed=100, extra=[ib]))
+    assert not any("InfiniBand/RoCE port" in w for w in _network_warnings(cl, 22.0, gpu=True))
+    assert any("InfiniBand/RoCE port" in w for w in _network_warnings(cl, 1.2, gpu=True))

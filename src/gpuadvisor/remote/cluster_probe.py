@@ -237,8 +237,11 @@ def _network_warnings(cluster: Cluster, bw_gb_per_s: float, gpu: bool) -> list[s
                            f"MTU, that {nic.name} is the interface between the nodes, and (InfiniBand/RoCE) that "
                            "NCCL does not fall back to TCP (NCCL_DEBUG=INFO); a shaped, shared or virtual link "
                            "reads the same")
-        if gpu and any(n.kind in ("infiniband", "roce") and n.operstate != "down" for n in node.nics) \
-                and nic is not None and nic.kind == "ethernet":
+        # an RDMA port beside a socket interface: NCCL used the port (data over verbs) unless the measured rate is
+        # well under the port's rated one (a fall-back to TCP), or the port is unrated
+        rdma = [n for n in node.nics if n.kind in ("infiniband", "roce") and n.operstate != "down"]
+        rated = max((n.bandwidth_gb_per_s or 0.0 for n in rdma), default=0.0)
+        if gpu and rdma and (not rated or bw_gb_per_s < 0.5 * rated) and nic is not None and nic.kind == "ethernet":
             out.append(f"{node.name}: has an InfiniBand/RoCE port but traffic goes through {nic.name} (TCP); "
                        "point access.ifname at the RDMA netdev or unset NCCL_IB_DISABLE")
     mtus = {n.name: m for n in cluster.nodes if (m := (_nic_of(n) or Nic(name="?")).mtu)}
