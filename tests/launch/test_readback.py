@@ -432,3 +432,7 @@ def test_unpinned_offload_is_said_not_priced(tmp_path):
     cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] = True
     (tmp_path / "b.json").write_text(json.dumps(cfg))
     assert not [n for n in read_config(tmp_path / "b.json", world=4, global_batch=8).notes if "pageable" in n]
+    cfg["zero_optimization"]["offload_optimizer"]["pin_memory"] = "nan"
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"offload_optimizer\.pin_memory must be true or false, got 'nan'$"):
+        read_config(tmp_path / "c.json", world=4, global_batch=8)

@@ -126,3 +126,11 @@ def test_cpu_unreadable_everything_gives_defaults_and_warnings(tmp_path):
 def test_cpu_on_this_host():
     c = read_cpu("/")
     assert c.threads >= 1 and c.ram_bytes > 0
+
+
+def test_zero_and_absurd_link_speeds_are_unknown(tmp_path):
+    """A netdev reporting 0 Mb/s, or a rate beyond any link (a Nic refuses both), reads as an unknown speed."""
+    netdev(tmp_path, "eth0", speed="0")
+    netdev(tmp_path, "eth1", speed="999999999")
+    ib_device(tmp_path, "mlx5_0", {1: ("900000 Gb/sec (4X XDR)", "InfiniBand", "4: ACTIVE")})
+    assert {n.name: n.speed_gbit_per_s for n in read_nics(tmp_path)} == {"eth0": None, "eth1": None, "mlx5_0": None}

@@ -149,6 +149,10 @@ def read_deepspeed(data: dict, where: str = "ds_config.json", *, checkpointing: 
         elif stage == 3 and off == ["offload_optimizer"]:
             rb.plan["offload_param"] = False  # the parameter partition stays on the device
         # DeepSpeed pins its host buffers unless told not to (offload_config.py pin_memory: true by default in 0.19.8)
+        for k in off:
+            if not isinstance(z[k].get("pin_memory", True), bool):
+                raise UserError(f"{where}: zero_optimization.{k}.pin_memory must be true or false, got "
+                                f"{str(z[k]['pin_memory'])[:40]!r}")
         pageable = [f"{k}.pin_memory" for k in off if z[k].get("pin_memory") is False]
         if pageable:
             rb.notes.append(f"{' and '.join(pageable)} false: DeepSpeed copies to and from host RAM through pageable "

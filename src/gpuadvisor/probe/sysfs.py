@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from ..schemas.bounds import MAX_LINK_GBIT_PER_S
 from ..schemas.hardware import Nic
 
 __all__ = ["read_nics", "rdma_netdevs", "virtual_netdevs", "SPEED_SENTINELS_MBPS"]
@@ -67,7 +68,7 @@ def _is_virtual(entry: Path) -> bool:
 def _speed_gbit(text: Optional[str]) -> Optional[float]:
     """Mb/s text -> Gbit/s, None for sentinels and junk."""
     mbps = _int(text)
-    if mbps is None or mbps in SPEED_SENTINELS_MBPS or mbps < 0:
+    if mbps is None or mbps in SPEED_SENTINELS_MBPS or mbps <= 0 or mbps / 1000.0 > MAX_LINK_GBIT_PER_S:
         return None
     return mbps / 1000.0
 
@@ -104,7 +105,7 @@ def _rate_gbit(text: Optional[str]) -> Optional[float]:
     if not m:
         return None
     value = float(m.group(1))
-    return value if value > 0 else None
+    return value if 0 < value <= MAX_LINK_GBIT_PER_S else None
 
 
 def _state(text: Optional[str]) -> Optional[str]:

@@ -100,8 +100,8 @@ class Nic(Frozen):
 
     name: str
     kind: Literal["ethernet", "infiniband", "roce", "efa", "loopback", "unknown"] = "ethernet"
-    speed_gbit_per_s: Optional[float] = Field(None, description="Negotiated link speed, None if unknown/sentinel")
-    speed_max_gbit_per_s: Optional[float] = Field(
+    speed_gbit_per_s: Optional[LinkSpeed] = Field(None, description="Negotiated link speed, None if unknown/sentinel")
+    speed_max_gbit_per_s: Optional[LinkSpeed] = Field(
         None, description="Fastest speed the port supports (ethtool supported link modes), None if unknown"
     )
     mtu: Optional[int] = None
