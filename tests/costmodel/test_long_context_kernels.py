@@ -1,5 +1,6 @@
 """Long-context stacks: Liger-Kernel's chunked linear cross-entropy (kernels "liger") never holds the logits whole,
-and FlashAttention-3/4 (attention_kernel "flash3") runs the core at cuDNN's rate on Hopper and Blackwell only."""
+and FlashAttention-3/4 (attention_kernel "flash3") runs the core at cuDNN's rate on Hopper and datacenter Blackwell
+only."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,7 @@ from gpuadvisor.cli import main
 from gpuadvisor.costmodel.analytical import Context
 from gpuadvisor.costmodel.analytical.memory import chunked_loss_bytes, logits_bytes
 from gpuadvisor.errors import UserError
+from gpuadvisor.hardware.cluster_file import cluster_from_dict
 from gpuadvisor.hardware.presets import load_preset
 from gpuadvisor.launch.build import attention_notes
 from gpuadvisor.schemas import parse_plan
@@ -68,6 +70,10 @@ def test_flash3_before_hopper_is_a_one_line_error_naming_the_fix(capsys):
                  "--attention-kernel", "flash3", "--seq-len", "8192", "--global-batch", "8"])
     assert code == 2
     one_line(capsys.readouterr().err, "cannot run FlashAttention-3/4", "--attention-kernel flash")
+    # the RTX Blackwell chips (sm_120) have no FlashAttention-3/4 path either, though their capability is above 9
+    rtx = cluster_from_dict({"name": "ws", "nodes": [{"name": "n0", "gpus": "2x RTX 5090", "topology": "PHB"}]})
+    with pytest.raises(UserError, match=r"RTX 5090 cannot run FlashAttention-3/4 .* 12\.0"):
+        Context(rtx, _wl(8192, "flash3"))
 
 
 def test_the_hand_over_and_the_trials_say_who_runs_flash3_and_liger():

@@ -4,8 +4,8 @@ import pytest
 from gpuadvisor.errors import UserError
 from gpuadvisor.knowledge import gpu_spec, link_spec, load_gpus, load_links
 
-REQUIRED = ["rtx3090", "rtx4090", "rtx-a6000", "a40", "l40s", "a100-pcie-40gb", "a100-pcie-80gb",
-            "a100-sxm-40gb", "a100-sxm-80gb", "h100-pcie", "h100-sxm", "h200", "v100-sxm2-16gb",
+REQUIRED = ["rtx3090", "rtx4090", "rtx5090", "rtx-pro-6000-blackwell", "rtx-a6000", "a40", "l40s", "a100-pcie-40gb",
+            "a100-pcie-80gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-pcie", "h100-sxm", "h200", "v100-sxm2-16gb",
             "v100-sxm2-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "p100-sxm2-16gb", "cpu"]
 
 
@@ -34,6 +34,9 @@ def test_links_have_sources():
     ("NVIDIA A40", "a40"),
     ("NVIDIA RTX A6000", "rtx-a6000"),
     ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA GeForce RTX 5090", "rtx5090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-blackwell"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
@@ -57,7 +60,30 @@ def test_unknown_and_ambiguous_gpu():
 
 def test_geforce_p2p_off():
     assert not gpu_spec("rtx4090").p2p_default and not gpu_spec("rtx3090").p2p_default
-    assert gpu_spec("a40").p2p_default
+    assert not gpu_spec("rtx5090").p2p_default
+    assert gpu_spec("a40").p2p_default and gpu_spec("rtx-pro-6000-blackwell").p2p_default
+
+
+@pytest.mark.parametrize("name,key,family", [
+    ("NVIDIA GeForce RTX 4090", "rtx4090", "geforce_ada"),
+    ("NVIDIA GeForce RTX 3090", "rtx3090", "geforce_ampere"),
+    ("NVIDIA GeForce RTX 5090", "rtx5090", "geforce_blackwell"),
+    # "Blackwell" in its name would take the datacenter B200 curve if blackwell_pro did not come first
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell", "blackwell_pro"),
+    ("NVIDIA B200", "b200", "blackwell"),
+    ("NVIDIA L40S", "l40s", "ada"),
+    ("NVIDIA RTX A6000", "rtx-a6000", "ampere_pro"),
+])
+def test_gemm_family_per_board_and_its_measured_ceiling(name, key, family):
+    """Each board takes its own curve; the workstation and GeForce curves sit at or below the board's measured
+    matmul rate (calibration.yaml, zzc0721 database.md), never above the 0.95 cap."""
+    from gpuadvisor.costmodel.calibration import gemm_curve
+    curve = gemm_curve(name, key)
+    assert curve.family == family
+    measured = {"geforce_ada": 166.6 / 165.2, "geforce_ampere": 76.5 / 71, "geforce_blackwell": 239.1 / 209.5,
+                "blackwell_pro": 415.0 / 503.8, "ada": 269.2 / 362}
+    if family in measured:
+        assert curve.e_max <= min(0.95, measured[family]) and curve.w_half == 256
 
 
 def test_link_spec_orders_and_seed_anchors():

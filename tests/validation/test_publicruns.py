@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Row counts stated in knowledge/measurements/public/README.md.
 README_COUNTS = {"llmfoundry_mpt": 216, "torchtitan": 55, "megatron_lm": 20, "megatron_bridge_perf": 293,
-                 "deepspeed_fsdp": 142, "single_node_gpt2": 7}
+                 "deepspeed_fsdp": 142, "single_node_gpt2": 7, "consumer_gpus": 2}
 
 
 @pytest.fixture(scope="module")
@@ -377,6 +377,21 @@ def test_scaling_scores_compare_per_gpu_throughput_across_gpu_counts(runs):
         group.append(Outcome(run, predicted_s=tokens / (predicted * gpus)))
     tau, retention = scaling_scores(group)
     assert tau == pytest.approx(1.0) and retention == pytest.approx((90 / 100) / (80 / 100))
+
+
+def test_rtx4090_gpt2_runs_are_priced_on_the_geforce_curve(runs):
+    """The two public RTX 4090 runs (llm.c's PyTorch GPT-2 124M on 2 GPUs, nanoGPT on one): within 15 % of their
+    step times on the geforce_ada curve (the unsourced 0.45 curve before put both 1.5x too slow), and the 2-GPU run's
+    18.44 GiB of max_memory_allocated within 5 %."""
+    ddp, single = _run(runs, "consumer_gpus:1"), _run(runs, "consumer_gpus:2")
+    assert (ddp.gpu, ddp.gpus, ddp.micro_batch, ddp.grad_accum) == ("RTX 4090", 2, 32, 4)
+    assert single.measured_iter_time_s == pytest.approx(61440 / 105853, rel=1e-3)
+    plan = to_inputs(ddp).plan
+    assert (plan.dp, plan.micro_batch_size, plan.num_micro_batches, plan.zero_stage) == (2, 32, 4, 0)
+    ratios = {o.run.ref: o.ratio for o in evaluate_runs([ddp, single])}
+    assert 0.9 < ratios["consumer_gpus:1"] < 1.15 and 0.9 < ratios["consumer_gpus:2"] < 1.2, ratios
+    (mem,) = memory_check(evaluate_runs([ddp]))
+    assert mem["measured_gib"] == pytest.approx(18.44) and mem["fits"] and 0.95 < mem["ratio"] < 1.05
 
 
 def test_memory_check_compares_the_stated_peaks(runs):

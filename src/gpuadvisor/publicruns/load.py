@@ -22,6 +22,7 @@ TRAINING_FILES: dict[str, int] = {
     "megatron_bridge_perf": 293,
     "deepspeed_fsdp": 142,
     "single_node_gpt2": 7,
+    "consumer_gpus": 2,
 }
 
 #: What a source's own script fixes that its rows leave empty: source_id -> (gradient accumulation steps, where).

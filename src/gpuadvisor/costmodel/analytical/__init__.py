@@ -35,11 +35,12 @@ def check_fp8_devices(workload: Workload, devices) -> None:
 
 
 def runs_flash3(device) -> bool:
-    """Whether a GPU runs FlashAttention-3/4: Hopper or later (compute capability 9.0+). flash-attn 3 builds for sm90
-    and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and flash_attn/cute/); an A100 or an RTX card
-    runs FlashAttention-2."""
+    """Whether a GPU runs FlashAttention-3/4: Hopper and datacenter Blackwell (compute capability 9.x-11.x).
+    flash-attn 3 builds for sm90 and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and
+    flash_attn/cute/), whose tcgen05 / tensor-memory path the RTX Blackwell chips (sm_120: RTX 50-series, RTX PRO
+    Blackwell) lack; those, an A100 and the older RTX cards run FlashAttention-2."""
     major = str(device.compute_capability or "0").split(".")[0]
-    return device.kind == "gpu" and major.isdecimal() and int(major) >= 9
+    return device.kind == "gpu" and major.isdecimal() and 9 <= int(major) < 12
 
 
 def check_attention_devices(workload: Workload, devices) -> None:
@@ -49,9 +50,10 @@ def check_attention_devices(workload: Workload, devices) -> None:
         return
     for d in devices:
         if d.kind == "gpu" and not runs_flash3(d):
-            raise UserError(f"{d.name} cannot run FlashAttention-3/4 (they need Hopper or Blackwell, compute "
-                            f"capability 9.0+; this GPU has {d.compute_capability or 'an unknown one'}); use "
-                            "--attention-kernel flash (FlashAttention-2)")
+            cc = d.compute_capability or "an unknown one"
+            raise UserError(f"{d.name} cannot run FlashAttention-3/4 (they need Hopper or datacenter Blackwell, "
+                            f"compute capability 9.0-11.x; this GPU has {cc}); use --attention-kernel flash "
+                            "(FlashAttention-2)")
 
 
 def deepspeed_replay_regather(numels, tp, distance: float = DEEPSPEED_MAX_REUSE_DISTANCE) -> np.ndarray:
