@@ -3,9 +3,10 @@
     load_collectives() -> CollectiveRow -> CASES (the row's hardware as a cluster) -> Context.topo group ->
     comm.group_allreduce_s / reduce_scatter_s -> predicted vs measured time
 
-Only rows whose hardware a cluster file can state and whose message size is given are predicted: 8-GPU NVSwitch
-sweeps (A100, H200, B200), the NVLS GPU-count sweep, multi-node all-reduce over InfiniBand/EFA rails, and a PCIe pair
-without P2P. `benchmarks/nccl_accuracy.py` prints the figures; docs/calibration.md explains them. The rows that set
+Only rows whose hardware a cluster file can state and whose message size is given (or whose maximum is a
+bandwidth-bound plateau: _plateau_size) are predicted: 8-GPU NVSwitch sweeps (A100, H200, B200), the NVLS GPU-count
+sweep, multi-node all-reduce over InfiniBand/EFA rails, and PCIe boxes without P2P (a 2080 Ti pair, 4 and 8 RTX
+5090s). `benchmarks/nccl_accuracy.py` prints the figures; docs/calibration.md explains them. The rows that set
 a constant (knowledge/links.yaml rail rates, calibration network.*) are marked as such in CASES: for them the check
 is of the size dependence, not of the rate.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import statistics
 from functools import lru_cache
 from typing import Callable, Optional
@@ -52,12 +54,30 @@ class CollectiveRow:
         return self.factor * self.size_bytes / (self.busbw * GB)
 
 
+#: nccl-tests' smallest swept size (-b 1g, -b 256M, -b 8), bytes in binary units as nccl-tests reads them
+_SWEEP_MIN = re.compile(r"-b\s*(\d+)\s*([kKmMgG]?)\b")
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def _plateau_size(row: dict) -> Optional[float]:
+    """The size of a row that states only the maximum bus bandwidth of a sweep whose smallest size (nccl-tests -b) is
+    1 GiB or more: that smallest size, where the latency term is under 0.1 % of the time, so the maximum is the
+    bandwidth-bound rate at every size of the sweep (NVIDIA/nccl #1639's RTX 5090 rows, -b 1g -e 8g). None otherwise."""
+    m = _SWEEP_MIN.search(row["tool"])
+    if not row["statistic"].lower().startswith("max") or not m:
+        return None
+    size = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    return float(size) if size >= 2**30 else None
+
+
 def load_collectives() -> list[CollectiveRow]:
-    """Every nccl_busbw.csv row with a size, a bus bandwidth and a GPU count (others say a plateau or a range)."""
+    """Every nccl_busbw.csv row with a size (or a bandwidth-bound plateau: _plateau_size), a bus bandwidth and a GPU
+    count (others say a range, or a maximum over small sizes too)."""
     out = []
     with open(public_dir() / "nccl_busbw.csv", encoding="utf-8", newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh), start=2):
-            size, bus, n = _num(r["size_bytes"]), _num(r["busbw_GBps"]), _int(r["gpus_total"])
+            size = _num(r["size_bytes"]) or _plateau_size(r)
+            bus, n = _num(r["busbw_GBps"]), _int(r["gpus_total"])
             if not (size and bus and n and n > 1):
                 continue
             out.append(CollectiveRow(r["source_id"], f"nccl_busbw.csv:{i}", r["gpu"], n, _int(r["nodes"]) or 1,
@@ -110,6 +130,9 @@ CASES: tuple[Case, ...] = (
          sets="links.yaml efa-200g-rail; calibration network.nccl_tree_bw_factor (its NVLSTree row, left out)"),
     Case("nccl_tests_issue_119", lambda k: _node("8x A100-SXM4-40GB", "NV12", k, "4x ib-hdr"), _gpu("A100"),
          sets="links.yaml ib-hdr-rail (24 GB/s per port)"),
+    Case("nccl_issue_1639_rtx5090", lambda k: _node("8x RTX 5090", "SYS", pcie={"gen": 5, "width": 16}),
+         _gpu("RTX 5090"), note="GeForce: no P2P, every pair bounces through host memory (links.yaml no_p2p); the "
+                                "8 GPUs span two Xeon 8480+ sockets, the 4-GPU row's placement is not stated"),
     Case("autodl_2080ti_pcie_nop2p",
          lambda k: _node("2x RTX 3090", {"link": "PIX", "p2p": False}, pcie={"gen": 3, "width": 16}),
          _gpu("RTX 2080"), note="RTX 2080 Ti is not in knowledge/gpus.yaml: an RTX 3090 in a PCIe 3.0 x16 slot "

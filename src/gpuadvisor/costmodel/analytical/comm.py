@@ -127,6 +127,19 @@ class Group:
 # group share the upstream ports. Seed 001 Appendix D blames these bridges for the 4-GPU collapse;
 # a ring's transfers in one direction split an x16 uplink (full duplex: two opposite flows fit).
 SHARED_PCIE = (LinkClass.PXB, LinkClass.PHB, LinkClass.NODE, LinkClass.SYS, LinkClass.UNKNOWN)
+# ... except a pair without P2P across host bridges or sockets: NCCL bounces its data through host memory, each GPU
+# over its own root port (GPU -> host buffer -> GPU), so the ring's flows do not meet on a bridge; what they share is
+# the hosts' memory, which the no-P2P rate (knowledge/links.yaml no_p2p) already is. NVIDIA/nccl #1639: 8 RTX 5090s
+# on two Xeon 8480+ sockets reach 28 GB/s of bus bandwidth, 4 reach 35 ("8 flows at 28GB/s in both directions"),
+# where splitting the uplinks gave 6.8 and 13.5 (benchmarks/nccl_accuracy.py). Behind one switch (PIX, PXB) the
+# bounce does climb a shared uplink, and those keep the rule.
+OWN_ROOT_PORT = (LinkClass.PHB, LinkClass.NODE, LinkClass.SYS)
+
+
+def shares_uplink(link_class: LinkClass, p2p: Optional[bool]) -> bool:
+    """Whether a ring's hops over this class of link share PCIe uplinks with the group's other hops (SHARED_PCIE,
+    OWN_ROOT_PORT); a link whose P2P is unknown (None) shares, as before."""
+    return link_class in SHARED_PCIE and (p2p is not False or link_class not in OWN_ROOT_PORT)
 
 
 _KINDS = ("nvlink", "pcie", "shm")  # link_kind() values, indexed by the kind arrays below
@@ -146,16 +159,17 @@ def _node_matrix(node: Node, default_bw: float, default_us: float) -> list[list[
         key = (lk.a, lk.b) if lk.a < lk.b else (lk.b, lk.a)
         if key not in by_pair:
             by_pair[key] = (lk.bandwidth_gb_per_s, lk.latency_us, link_kind(lk.link_class),
-                            lk.link_class in SHARED_PCIE)
+                            shares_uplink(lk.link_class, lk.p2p_supported))
     devs = [d.index for d in node.devices]
     return [[(by_pair.get((a, b) if a < b else (b, a), fallback) if a != b else fallback) for b in devs]
             for a in devs]
 
 
 def _mat_content(node: Node) -> tuple:
-    """What a node's link matrix depends on: device indices in order and each link's pair, class and rates."""
+    """What a node's link matrix depends on: device indices in order and each link's pair, class, rates and P2P."""
     return (tuple(d.index for d in node.devices),
-            tuple((lk.a, lk.b, lk.link_class, lk.bandwidth_gb_per_s, lk.latency_us) for lk in node.links))
+            tuple((lk.a, lk.b, lk.link_class, lk.bandwidth_gb_per_s, lk.latency_us, lk.p2p_supported)
+                  for lk in node.links))
 
 
 class _Pattern:
