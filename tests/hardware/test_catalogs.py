@@ -37,6 +37,7 @@ def test_links_have_sources():
     ("NVIDIA GeForce RTX 5090", "rtx5090"),
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-blackwell"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
+    ("Tesla T4", "t4"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
@@ -73,6 +74,8 @@ def test_geforce_p2p_off():
     ("NVIDIA B200", "b200", "blackwell"),
     ("NVIDIA L40S", "l40s", "ada"),
     ("NVIDIA RTX A6000", "rtx-a6000", "ampere_pro"),
+    ("Tesla T4", "t4", "turing"),
+    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", "volta"),
 ])
 def test_gemm_family_per_board_and_its_measured_ceiling(name, key, family):
     """Each board takes its own curve; the workstation and GeForce curves sit at or below the board's measured
@@ -81,7 +84,7 @@ def test_gemm_family_per_board_and_its_measured_ceiling(name, key, family):
     curve = gemm_curve(name, key)
     assert curve.family == family
     measured = {"geforce_ada": 166.6 / 165.2, "geforce_ampere": 76.5 / 71, "geforce_blackwell": 239.1 / 209.5,
-                "blackwell_pro": 415.0 / 503.8, "ada": 269.2 / 362}
+                "blackwell_pro": 415.0 / 503.8, "ada": 269.2 / 362, "turing": 42.3 / 65}
     if family in measured:
         assert curve.e_max <= min(0.95, measured[family]) and curve.w_half == 256
 
