@@ -210,8 +210,9 @@ def _correction(use_learned: bool):
 @typed
 def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
-            global_batch: Optional[int] = None, precision: str = "bf16", token_budget: Optional[float] = None,
-            allow_batch_change: bool = False, objective: str = "throughput", top: int = 5,
+            global_batch: Optional[int] = None, precision: Optional[str] = None,
+            token_budget: Optional[float] = None, allow_batch_change: bool = False, objective: str = "throughput",
+            top: int = 5,
             price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
             use_learned: bool = False, finetune: Union[FineTune, str, None] = None,
             attention_kernel: str = "flash", kernels: str = "eager", grad_reduce_in_bf16: bool = False,
@@ -254,6 +255,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     if isinstance(model, Workload):  # its own settings; finetune, when given, replaces its own
         wl, chosen = _workload(model, finetune), None
     else:
+        precision = training_precision(precision, clus, notes)
         wl, chosen = make_workload_explained(model, seq_len=seq_len, global_batch=global_batch, precision=precision,
                                              token_budget=token_budget, allow_batch_change=allow_batch_change,
                                              finetune=finetune, attention_kernel=attention_kernel,
@@ -289,7 +291,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
 @typed
 def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
-            global_batch: Optional[int] = None, precision: str = "bf16", use_learned: bool = False,
+            global_batch: Optional[int] = None, precision: Optional[str] = None, use_learned: bool = False,
             finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash",
             kernels: str = "eager", grad_reduce_in_bf16: bool = False, fp8_param_gather: bool = False) -> Prediction:
     """Predict throughput, step-time and memory breakdown for one given plan.
@@ -303,6 +305,7 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
     from .schemas import check_plan_for, parse_plan
 
     clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+    precision = training_precision(precision, clus)
     p = plan if isinstance(plan, Plan) else parse_plan(plan)
     if global_batch is None and not isinstance(model, Workload):
         global_batch = p.global_batch()  # the plan states its batch; a model default could only contradict it
@@ -311,6 +314,22 @@ def predict(model: Union[str, Workload], plan: Union[Plan, str], *, cluster: Uni
                    fp8_param_gather=fp8_param_gather)
     check_plan_for(p, wl)
     return prediction(estimate(p, clus, wl, correction=_correction(use_learned)), wl)
+
+
+def training_precision(precision: Optional[str], cluster: Cluster, notes: Optional[list[str]] = None) -> str:
+    """The precision to train in: the caller's, else bf16, or fp16 mixed precision where a GPU of the cluster has no
+    bf16 tensor cores (V100, T4: costmodel.analytical.lacks_bf16), with a note that says so."""
+    if precision is not None:
+        return precision
+    from .costmodel.analytical import lacks_bf16
+
+    old = next((d for n in cluster.nodes for d in n.devices if lacks_bf16(d)), None)
+    if old is None:
+        return "bf16"
+    if notes is not None:
+        notes.append(f"precision fp16 (mixed precision with loss scaling): {old.name} has no bf16 tensor cores "
+                     f"(compute capability {old.compute_capability}); pass --precision to choose")
+    return "fp16"
 
 
 def prediction(est: Estimate, workload: Workload) -> Prediction:
@@ -333,7 +352,7 @@ def launch_config(plan: Plan, cluster: Cluster, workload: Workload, estimate: Op
 def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, None] = None,
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, top_k: int = 3,
             budget_s: float = 900.0, steps: int = 20, warmup: int = 3, storage: Optional[str] = None,
-            seq_len: Optional[int] = None, global_batch: Optional[int] = None, precision: str = "bf16",
+            seq_len: Optional[int] = None, global_batch: Optional[int] = None, precision: Optional[str] = None,
             finetune: Union[FineTune, str, None] = None, attention_kernel: str = "flash", **kwargs) -> Confirmation:
     """Run short real trials of the cost model's top-K plans (Optuna study) and return the confirmed winner.
 
@@ -345,11 +364,16 @@ def confirm(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
     from .trials.hostcheck import refuse_unmeasurable
     from .trials.study import TRAINER, confirm as _confirm
 
+    clus = None
+    if precision is None and not isinstance(model, Workload):  # the GPUs say bf16 or fp16 (training_precision)
+        clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+        precision = training_precision(None, clus)
     wl = _workload(model, finetune, seq_len=seq_len, global_batch=global_batch, precision=precision,
                    attention_kernel=attention_kernel)
     if kwargs.get("trainer_module", TRAINER) == TRAINER:
         refuse_unmeasurable(wl.training.precision, wl.training.attention_kernel, "confirm", wl.core_kernel)
-    clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
+    if clus is None:
+        clus, _ = resolve_cluster(cluster, preset=preset, cpu_ranks=cpu_ranks)
     res = _confirm(clus, wl, top_k=top_k, budget_s=budget_s, steps=steps, warmup=warmup, storage=storage, **kwargs)
     return Confirmation.model_validate({**{k: getattr(res, k) for k in ConfirmResult.model_fields},
                                         "finetune": wl.finetune})

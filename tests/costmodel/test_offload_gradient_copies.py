@@ -98,7 +98,7 @@ def test_one_v100_trains_13b_faster_with_zero3_offload_than_zero2_offload():
                                             "cpu": {"cores": 48, "ram_gib": 1536}}]}, name="dgx2-one-gpu")
     ratios = []
     for model in ("L50-H4096-A32", "13B"):
-        r = rank(cluster, make_workload(model, seq_len=1024, global_batch=512), top=40)
+        r = rank(cluster, make_workload(model, seq_len=1024, global_batch=512, precision="fp16"), top=40)
         best: dict[str, float] = {}
         for e in r.top:
             best.setdefault(e.plan.strategy, e.tokens_per_s)
@@ -151,7 +151,7 @@ def test_ranks_behind_one_pcie_switch_share_its_uplink_to_the_host():
     for preset in ("workstation-2x4090", "hgx-h100-8x-8nodes-ib-ndr"):
         assert set(host_uplink_sharing(load_preset(preset))) == {1}
     # the offload's copies: the 16-bit weights up after the step, at half the slot's rate on DGX-1's pairs
-    wl = make_workload("1.3B", seq_len=1024, global_batch=64)
+    wl = make_workload("1.3B", seq_len=1024, global_batch=64, precision="fp16")  # V100s: no bf16
     own = _matrix_cluster([["X" if i == j else "PHB" for j in range(8)] for i in range(8)], "own-root-ports")
     plan = "dp=8,zero=2,offload=true,mb=8,m=1"
     shared, alone = evaluate(parse_plan(plan), Context(dgx1, wl)), evaluate(parse_plan(plan), Context(own, wl))

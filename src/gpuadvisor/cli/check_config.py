@@ -162,8 +162,8 @@ def run_check(args: argparse.Namespace, cluster) -> int:
     except ValueError as exc:
         raise UserError(f"{path.name} reads as plan '{spec}', which is not valid: {exc}") from None
     wl = api.make_workload(model, seq_len=args.seq_len or rb.seq_len, global_batch=plan.global_batch(),
-                           precision=args.precision or rb.precision or "bf16", token_budget=args.token_budget,
-                           finetune=finetune,
+                           precision=args.precision or rb.precision or api.training_precision(None, cluster),
+                           token_budget=args.token_budget, finetune=finetune,
                            attention_kernel=getattr(args, "attention_kernel", None) or rb.attention_kernel or "flash",
                            kernels=getattr(args, "kernels", None) or rb.kernels or "eager")
     # the file's Megatron switches, or the command line's (--grad-reduce-in-bf16, --fp8-param-gather)

@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     settings = {"global_batch": args.global_batch or plan.global_batch()}
     if args.seq_len:
         settings["seq_len"] = args.seq_len
-    if args.precision:
-        settings["precision"] = args.precision
+    notes: list[str] = []
+    settings["precision"] = api.training_precision(args.precision, cl, notes)  # bf16, or fp16 before Ampere
     if args.attention_kernel:
         settings["attention_kernel"] = args.attention_kernel
     if args.kernels:
@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         from .console import Text, emit
         from .render import describe_finetune
 
+        for note in notes:
+            emit(Text(f"note: {note}"))
         text = render_estimate(est, cl.name, wl.model.name)
         tuning = describe_finetune(wl)
         if tuning:  # the fine-tuning mode right under the header line

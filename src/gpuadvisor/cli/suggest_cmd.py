@@ -30,8 +30,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="size (1.5B, 350M, 7B), preset (gpt2-xl, llama-7b, resnet18) or a HF config.json path")
     p.add_argument("--seq-len", type=whole(1, MAX_SEQ_LEN), help="tokens per sequence")
     p.add_argument("--global-batch", type=whole(1, MAX_GLOBAL_BATCH), help="sequences per optimizer step (all ranks)")
-    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                   help="fp8: FP8 Linears (Transformer Engine / torchao float8) on Ada, Hopper or Blackwell")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="default bf16, or fp16 on GPUs without bf16 (before Ampere: V100, T4); fp8: FP8 Linears "
+                        "(Transformer Engine / torchao float8) on Ada, Hopper or Blackwell")
     p.add_argument("--attention-kernel", choices=ATTENTION_KERNELS, default="flash", help=ATTENTION_HELP)
     p.add_argument("--kernels", choices=KERNELS, default="eager", help=KERNELS_HELP)
     add_megatron_args(p)

@@ -417,10 +417,11 @@ def build_launch(plan: Plan, cluster: Cluster, workload: Workload, estimate: Opt
         raise UserError(str(exc)) from None
     check_cp_handover(plan, workload)
     placed = choose_nodes(plan, cluster)
-    from ..costmodel.analytical import check_attention_devices, check_fp8_devices
+    from ..costmodel.analytical import check_attention_devices, check_bf16_devices, check_fp8_devices
 
     used_devices = [d for _, used in placed for d in used]
     check_fp8_devices(workload, used_devices)
+    check_bf16_devices(workload, used_devices)
     check_attention_devices(workload, used_devices)
     nodes = [n for n, _ in placed]
     multi = len(placed) > 1

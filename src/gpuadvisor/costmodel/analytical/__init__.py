@@ -34,6 +34,26 @@ def check_fp8_devices(workload: Workload, devices) -> None:
                         "use --precision bf16")
 
 
+def lacks_bf16(device) -> bool:
+    """Whether a GPU has no bf16 tensor cores: those before Ampere (compute capability below 8.0: V100, T4, P100),
+    which train in fp16 with loss scaling. A GPU of unknown capability is taken to have them."""
+    major = str(device.compute_capability or "").split(".")[0]
+    return device.kind == "gpu" and major.isdecimal() and int(major) < 8
+
+
+def check_bf16_devices(workload: Workload, devices) -> None:
+    """One-line UserError when a bf16 workload meets a GPU without bf16 tensor cores (lacks_bf16): PyTorch would
+    emulate it far below the fp16 rate the catalog holds for them, and DeepSpeed's or the bundled trainers' bf16 config
+    would be handed over. `api.suggest` / `predict` / `confirm` choose fp16 there when no precision is given."""
+    if workload.training.precision != "bf16":
+        return
+    bad = next((d for d in devices if lacks_bf16(d)), None)
+    if bad is not None:
+        raise UserError(f"{bad.name} has no bf16 tensor cores (bf16 needs Ampere or later, compute capability 8.0+; "
+                        f"this GPU has {bad.compute_capability}); use --precision fp16 (mixed precision with loss "
+                        "scaling)")
+
+
 def runs_flash3(device) -> bool:
     """Whether a GPU runs FlashAttention-3/4: Hopper and datacenter Blackwell (compute capability 9.x-11.x).
     flash-attn 3 builds for sm90 and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and
@@ -169,6 +189,7 @@ class Context:
         self.chunked_loss = t.kernels == "liger" and not self.te_layers
         self.fp8_linears, self.te_fp8_cache_bytes = False, 0.0
         check_fp8_devices(workload, devs)
+        check_bf16_devices(workload, devs)
         if t.precision == "fp8" and dev.kind == "gpu":  # Workload refuses fp8 for non-transformers
             self._fp8(dev, cal)
         # Megatron's FP8 primary weights (TrainingSettings.fp8_param_gather: --fp8-param-gather): on Transformer
