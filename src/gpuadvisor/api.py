@@ -212,8 +212,7 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
             preset: Optional[str] = None, cpu_ranks: Optional[int] = None, seq_len: Optional[int] = None,
             global_batch: Optional[int] = None, precision: Optional[str] = None,
             token_budget: Optional[float] = None, allow_batch_change: bool = False, objective: str = "throughput",
-            top: int = 5,
-            price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
+            top: int = 5, price_per_gpu_hour: Optional[float] = None, what_if: Optional[list[str]] = None,
             use_learned: bool = False, finetune: Union[FineTune, str, None] = None,
             attention_kernel: str = "flash", kernels: str = "eager", grad_reduce_in_bf16: bool = False,
             fp8_param_gather: bool = False) -> Suggestion:
@@ -224,6 +223,8 @@ def suggest(model: Union[str, Workload], *, cluster: Union[Cluster, str, Path, N
         cluster: a Cluster, a cluster file, "local", or None (probe; no GPU -> bundled preset).
         preset: name of a bundled cluster preset (`gpuadvisor presets`).
         objective: throughput | memory | time | cost.
+        precision: "bf16", "fp16", "fp32" or "fp8"; None (default): bf16, or fp16 where a GPU has no bf16 tensor
+            cores (V100, T4: training_precision, with a note).
         what_if: cluster modifications such as "nic=10gbe" or "gpus=2x4" applied before ranking.
         use_learned: apply the learned correction fitted on knowledge/ and local measurements.
         finetune: "full" (default), "lora", "qlora" or a FineTune (rank, alpha, target modules); with a Workload
@@ -328,7 +329,7 @@ def training_precision(precision: Optional[str], cluster: Cluster, notes: Option
         return "bf16"
     if notes is not None:
         notes.append(f"precision fp16 (mixed precision with loss scaling): {old.name} has no bf16 tensor cores "
-                     f"(compute capability {old.compute_capability}); pass --precision to choose")
+                     f"(compute capability {old.compute_capability}); pass --precision to choose (API: precision=...)")
     return "fp16"
 
 
