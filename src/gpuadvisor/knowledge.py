@@ -199,16 +199,31 @@ def gpu_keys() -> list[str]:
 def find_gpu(name_or_key: str) -> Optional[GpuSpec]:
     """The catalog entry for an NVML name, short name or key, or None when unknown or ambiguous.
 
-    Exact (normalised) matches win; otherwise a unique entry whose name contains the query, or whose
-    name is contained in the query (NVML suffixes such as ' MIG 1g.5gb'), is returned.
+    Exact (normalised) matches win; otherwise a unique entry whose name's words are among the query's (NVML
+    suffixes such as ' MIG 1g.5gb'), or whose name holds the query's words, is returned: 'A100' is ambiguous, not
+    the A10, and 'L40' is unknown, not the L40S.
     """
     cands = _gpu_candidates(name_or_key)
     return cands[0] if len(cands) == 1 else None
 
 
+def _tokens(name: str) -> tuple[str, ...]:
+    """A GPU name's words (lower case, split at punctuation and spaces, vendor words dropped): what a partial match
+    compares, so that 'A10' is not inside 'A100' nor 'L40' inside 'L40S'."""
+    vendor = ("nvidia", "tesla", "geforce", "quadro")
+    return tuple(w for w in re.findall(r"[a-z0-9]+", name.lower()) if w not in vendor)
+
+
+def _within(part: tuple[str, ...], whole: tuple[str, ...]) -> bool:
+    """Whether the words `part` occur in `whole`, in a row."""
+    n = len(part)
+    return 0 < n <= len(whole) and any(whole[i:i + n] == part for i in range(len(whole) - n + 1))
+
+
 @functools.lru_cache(maxsize=512)
 def _gpu_candidates(name_or_key: str) -> tuple[GpuSpec, ...]:
-    """Entries matching a name: exact, else the longest name inside the query, else names containing it."""
+    """Entries matching a name: exact (normalised), else the longest name whose words are inside the query's (NVML
+    suffixes such as ' MIG 1g.5gb'), else the names holding the query's words."""
     specs = load_gpus()
     q = _norm(name_or_key)
     if not q:
@@ -216,12 +231,13 @@ def _gpu_candidates(name_or_key: str) -> tuple[GpuSpec, ...]:
     index = _name_index()
     if q in index:
         return tuple(s for s in specs if s.key == index[q])
-    names = {s.key: [n for n in map(_norm, (s.key, *s.names)) if len(n) >= 3] for s in specs}
-    inside = {k: max((len(n) for n in ns if n in q), default=0) for k, ns in names.items()}
+    words = _tokens(name_or_key)
+    names = {s.key: [t for t in map(_tokens, (s.key, *s.names)) if len("".join(t)) >= 3] for s in specs}
+    inside = {k: max((len("".join(t)) for t in ts if _within(t, words)), default=0) for k, ts in names.items()}
     best = max(inside.values())
     if best:
         return tuple(s for s in specs if inside[s.key] == best)
-    return tuple(s for s in specs if any(q in n for n in names[s.key]))
+    return tuple(s for s in specs if any(_within(words, t) for t in names[s.key]))
 
 
 def gpu_spec(name_or_key: str) -> GpuSpec:

@@ -38,6 +38,9 @@ def test_links_have_sources():
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-blackwell"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"),
     ("Tesla T4", "t4"),
+    ("NVIDIA L4", "l4"),
+    ("NVIDIA L40S", "l40s"),
+    ("NVIDIA A10", "a10"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
@@ -59,6 +62,19 @@ def test_unknown_and_ambiguous_gpu():
         gpu_spec("A100")
 
 
+def test_partial_names_match_whole_words():
+    """A partial name matches by words: 'A100' stays ambiguous (the A10 is not inside it), an L40 is not the L40S
+    (half its bf16 rate), a GH200 is not the H200; NVML's MIG suffix still finds its GPU."""
+    from gpuadvisor.knowledge import find_gpu
+
+    with pytest.raises(UserError, match="ambiguous GPU 'A100'"):
+        gpu_spec("A100")
+    assert find_gpu("NVIDIA L40") is None and find_gpu("NVIDIA GH200 480GB") is None
+    assert find_gpu("NVIDIA A10G") is None  # AWS's variant, undocumented: not the A10
+    assert gpu_spec("NVIDIA A100-SXM4-40GB MIG 3g.20gb").key == "a100-sxm-40gb"
+    assert gpu_spec("NVIDIA GeForce RTX 3090 Ti").key == "rtx3090" and gpu_spec("NVIDIA L4").key == "l4"
+
+
 def test_geforce_p2p_off():
     assert not gpu_spec("rtx4090").p2p_default and not gpu_spec("rtx3090").p2p_default
     assert not gpu_spec("rtx5090").p2p_default
@@ -75,6 +91,8 @@ def test_geforce_p2p_off():
     ("NVIDIA L40S", "l40s", "ada"),
     ("NVIDIA RTX A6000", "rtx-a6000", "ampere_pro"),
     ("Tesla T4", "t4", "turing"),
+    ("NVIDIA L4", "l4", "ada"),
+    ("NVIDIA A10", "a10", "ampere_pro"),
     ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", "volta"),
 ])
 def test_gemm_family_per_board_and_its_measured_ceiling(name, key, family):
