@@ -117,3 +117,16 @@ async def test_megatron_buffers_reach_the_workload_and_refuse_in_the_tuis_words(
         t = app.workload.training
         assert t.grad_reduce_in_bf16 and not t.fp8_param_gather
         assert "FP8 weights" not in " ".join(text_of(status).split())
+
+
+@run_async
+async def test_precision_defaults_to_fp16_on_gpus_without_bf16(tmp_path):
+    """A cluster of T4s (no bf16 tensor cores) opens the Model step at fp16, as `suggest` chooses; a bf16 choice
+    there is the cost model's one-line refusal at ranking time."""
+    path = tmp_path / "t4.yaml"
+    path.write_text("name: two-t4\nnodes:\n  - name: n0\n    gpus: 2x T4\n    topology: PHB\n")
+    app = make_app(preset=None, cluster_file=str(path), model="124M")
+    async with app.run_test(size=SIZE) as pilot:
+        await goto(pilot, "model")
+        assert app.screen.query_one("#precision", Select).value == "fp16"
+        assert app.workload is not None and app.workload.training.precision == "fp16"

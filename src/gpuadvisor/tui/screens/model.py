@@ -88,8 +88,8 @@ class ModelScreen(StepScreen):
                             type="integer", valid_empty=True)
             with Horizontal(classes="row"):
                 yield Label("Precision", classes="formlabel")
-                yield Select([(p, p) for p in PRECISIONS], value="bf16", allow_blank=False, id="precision",
-                             compact=True)
+                yield Select([(p, p) for p in PRECISIONS], value=self._default_precision(), allow_blank=False,
+                             id="precision", compact=True)
             with Horizontal(classes="row"):
                 yield Label("Attention", classes="formlabel")
                 yield Select(KERNELS, value="flash", allow_blank=False, id="attention", compact=True)
@@ -112,6 +112,13 @@ class ModelScreen(StepScreen):
                             valid_empty=True)
             yield Static(id="workload-status", classes="panel")
             yield Static(Text(model_hint(), style="dim"), id="model-hint")
+
+    def _default_precision(self) -> str:
+        """bf16, or fp16 when the chosen cluster has a GPU without bf16 tensor cores (V100, T4), as `suggest` does."""
+        from ... import api
+
+        cluster = self.wizard.cluster
+        return api.training_precision(None, cluster) if cluster is not None else "bf16"
 
     def on_mount(self) -> None:
         self.validate_form()
