@@ -80,6 +80,12 @@ class Device(Frozen):
         None, description="The PCIe switch tree the device sits behind: devices of a node with the same id share its "
                           "uplink to the host (None: its own root port, or unknown)")
 
+    @property
+    def cc_major(self) -> Optional[int]:
+        """A GPU's compute capability major version (8 for '8.6'); None for a CPU rank or when unknown."""
+        major = str(self.compute_capability or "").split(".")[0]
+        return int(major) if self.kind == "gpu" and major.isdecimal() else None
+
 
 class DeviceLink(Frozen):
     """The path between two devices of one node (unordered pair a<b)."""

@@ -37,8 +37,7 @@ def check_fp8_devices(workload: Workload, devices) -> None:
 def lacks_bf16(device) -> bool:
     """Whether a GPU has no bf16 tensor cores: those before Ampere (compute capability below 8.0: V100, T4, P100),
     which train in fp16 with loss scaling. A GPU of unknown capability is taken to have them."""
-    major = str(device.compute_capability or "").split(".")[0]
-    return device.kind == "gpu" and major.isdecimal() and int(major) < 8
+    return device.cc_major is not None and device.cc_major < 8
 
 
 def check_bf16_devices(workload: Workload, devices) -> None:
@@ -59,8 +58,7 @@ def runs_flash3(device) -> bool:
     flash-attn 3 builds for sm90 and FlashAttention-4 for sm100 (Dao-AILab/flash-attention hopper/ and
     flash_attn/cute/), whose tcgen05 / tensor-memory path the RTX Blackwell chips (sm_120: RTX 50-series, RTX PRO
     Blackwell) lack; those, an A100 and the older RTX cards run FlashAttention-2."""
-    major = str(device.compute_capability or "0").split(".")[0]
-    return device.kind == "gpu" and major.isdecimal() and 9 <= int(major) < 12
+    return device.cc_major is not None and 9 <= device.cc_major < 12
 
 
 def check_attention_devices(workload: Workload, devices) -> None:

@@ -447,8 +447,7 @@ def nvswitch_sharp(node: Node, links_per_gpu: int) -> bool:
     devs = [d for d in node.devices if d.kind == "gpu"]
     if len(devs) < 3 or links_per_gpu <= 0 or len(devs) != len(node.devices):
         return False
-    major = [str(d.compute_capability or "0").split(".")[0] for d in devs]
-    if not all(x.isdecimal() and int(x) >= 9 for x in major):
+    if not all(d.cc_major is not None and d.cc_major >= 9 for d in devs):
         return False
     idx = {d.index for d in devs}
     counts = {(min(lk.a, lk.b), max(lk.a, lk.b)): lk.nvlink_count for lk in node.links
