@@ -58,3 +58,32 @@ def test_explicit_bf16_before_ampere_is_a_one_line_error(capsys, tmp_path):
     one_line(capsys.readouterr().err, "has no bf16 tensor cores", "--precision fp16")
     assert main(["predict", "--model", "124M", "--cluster", str(path), "--plan", "dp=2,mb=4,m=8"]) == 0
     assert "fp16" in capsys.readouterr().out
+
+
+def test_study_trains_fp16_there_by_itself(capsys, tmp_path):
+    """`study` on such GPUs: no precision given, its cells train in fp16 (one note), where they stopped at the bf16
+    error before; an explicit --precision stays the user's; an Ampere cluster keeps the models' bf16."""
+    from gpuadvisor.study.execute import plan_study, resolve_workloads
+    from gpuadvisor.study.spec import StudySpec, parse_gpus, parse_models, parse_strategies
+
+    spec = StudySpec(models=parse_models("124M"), strategies=parse_strategies("dp,zero1"), gpus=parse_gpus("1,2"),
+                     steps=5, warmup=2, global_batch=16)
+    notes: list[str] = []
+    (wl,) = resolve_workloads(spec, _t4(), notes).values()
+    assert wl.training.precision == "fp16"
+    assert len(notes) == 1 and notes[0].startswith("precision fp16") and "Tesla T4" in notes[0]
+    cells = plan_study(spec, _t4())
+    assert cells and all(c.predicted is not None and c.predicted.feasible for c in cells), [c.skip_reason
+                                                                                           for c in cells]
+    a40 = load_preset("nano-cluster-2x2-a40-1gbe")
+    assert resolve_workloads(spec, a40)["124M"].training.precision == "bf16"
+    chosen = spec.model_copy(update={"precision": "bf16"})
+    with pytest.raises(UserError, match="has no bf16 tensor cores"):
+        plan_study(chosen, _t4())
+    assert main(["study", "--models", "124M", "--strategies", "dp", "--gpus", "1,2", "--global-batch", "16",
+                 "--cluster", str(_t4(tmp_path)), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "precision fp16" in captured.out + captured.err and "has no bf16" not in captured.err
+    assert main(["study", "--models", "124M", "--strategies", "dp", "--gpus", "1,2", "--global-batch", "16",
+                 "--cluster", str(_t4(tmp_path)), "--precision", "bf16", "--dry-run"]) == 2
+    one_line(capsys.readouterr().err, "has no bf16 tensor cores", "--precision fp16")

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         host = check_host(cluster)
         if host:
             raise UserError(host[0])
-    workloads = resolve_workloads(spec)
+    workloads = resolve_workloads(spec, cluster, notes)
     if not args.dry_run:
         from ..trials.hostcheck import require_modules
 

@@ -39,14 +39,16 @@ class StudyOutcome(Frozen):
     notes: list[str] = Field(default_factory=list)
 
 
-def resolve_workloads(spec: StudySpec) -> dict[str, Workload]:
-    """The Workload of every model of the study."""
-    return {m: resolve_workload(m, spec) for m in spec.models}
+def resolve_workloads(spec: StudySpec, cluster: Optional[Cluster] = None,
+                      notes: Optional[list[str]] = None) -> dict[str, Workload]:
+    """The Workload of every model of the study; on a `cluster` of GPUs without bf16 (V100, T4) and no
+    `spec.precision`, in fp16 mixed precision, with one note in `notes` (spec.resolve_workload)."""
+    return {m: resolve_workload(m, spec, cluster, notes) for m in spec.models}
 
 
 def plan_study(spec: StudySpec, cluster: Cluster, workloads: Optional[dict[str, Workload]] = None) -> list[Cell]:
     """The grid of the study with predictions (nothing runs)."""
-    return build_grid(spec, cluster, workloads or resolve_workloads(spec))
+    return build_grid(spec, cluster, workloads or resolve_workloads(spec, cluster))
 
 
 def trial_env(cluster: Cluster) -> dict[str, str]:
@@ -102,7 +104,7 @@ def run_study(spec: StudySpec, cluster: Cluster, out_dir: Union[str, Path], *,
 
         require_matplotlib()
     show = make_progress(progress)
-    workloads = workloads or resolve_workloads(spec)
+    workloads = workloads or resolve_workloads(spec, cluster)
     cells = build_grid(spec, cluster, workloads)
     out = Path(out_dir).resolve()
     with StudyLock(out / "run.lock", f"the study in {out}"):

@@ -175,11 +175,15 @@ def build_grid(spec: StudySpec, cluster: Cluster, workloads: dict[str, Workload]
     """Every cell of the study, model by model: the 1-GPU baseline first, then strategies by GPU count.
 
     An fp8 workload is refused (one-line UserError, trials/hostcheck.refuse_fp8): the cells run the bundled
-    trainers, which have no FP8 kernels."""
+    trainers, which have no FP8 kernels; so is a bf16 one on GPUs without bf16 tensor cores
+    (analytical.check_bf16_devices: resolve_workloads chooses fp16 there unless the study's precision says bf16)."""
+    from ..costmodel.analytical import check_bf16_devices
     from ..trials.hostcheck import refuse_fp8
 
+    devices = [d for n in cluster.nodes for d in n.devices]
     for model in spec.models:
         refuse_fp8(workloads[model].training.precision, "study")
+        check_bf16_devices(workloads[model], devices)
     cells: list[Cell] = []
     for model in spec.models:
         wl = workloads[model]
