@@ -41,6 +41,9 @@ class GpuSpec(Frozen):
     p2p_default: bool = Field(True, description="CUDA P2P over PCIe works with the stock driver")
     bf16_supported: bool = True
     compute_capability: Optional[str] = None
+    host_copy_gb_per_s: Optional[float] = Field(
+        None, gt=0.0, description="Pinned host<->device copy rate, GB/s, the slower direction, for a GPU whose host "
+        "link is not a PCIe slot (GH200's NVLink-C2C); None: priced from the PCIe generation")
     source: str
     notes: str = ""
 

@@ -42,6 +42,8 @@ def test_links_have_sources():
     ("NVIDIA L40S", "l40s"),
     ("NVIDIA A10", "a10"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("NVIDIA GH200 480GB", "gh200"),
+    ("GH200", "gh200"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
@@ -64,12 +66,13 @@ def test_unknown_and_ambiguous_gpu():
 
 def test_partial_names_match_whole_words():
     """A partial name matches by words: 'A100' stays ambiguous (the A10 is not inside it), an L40 is not the L40S
-    (half its bf16 rate), a GH200 is not the H200; NVML's MIG suffix still finds its GPU."""
+    (half its bf16 rate), a GH200 is its own entry, not the H200; NVML's MIG suffix still finds its GPU."""
     from gpuadvisor.knowledge import find_gpu
 
     with pytest.raises(UserError, match="ambiguous GPU 'A100'"):
         gpu_spec("A100")
-    assert find_gpu("NVIDIA L40") is None and find_gpu("NVIDIA GH200 480GB") is None
+    assert find_gpu("NVIDIA L40") is None
+    assert gpu_spec("NVIDIA GH200 480GB").key == "gh200" and gpu_spec("NVIDIA H200").key == "h200"
     assert find_gpu("NVIDIA A10G") is None  # AWS's variant, undocumented: not the A10
     assert gpu_spec("NVIDIA A100-SXM4-40GB MIG 3g.20gb").key == "a100-sxm-40gb"
     assert gpu_spec("NVIDIA GeForce RTX 3090 Ti").key == "rtx3090" and gpu_spec("NVIDIA L4").key == "l4"
@@ -134,3 +137,32 @@ def test_bundled_yaml_reads_as_safe_load():
     for path in files:
         text = path.read_text(encoding="utf-8")
         assert load_bundled_yaml(text) == yaml.safe_load(text), path.name
+
+
+def test_gh200_host_link_is_nvlink_c2c():
+    """The GH200's host copies run over NVLink-C2C at its measured device-to-host rate (297 GB/s), not a PCIe Gen5
+    slot's 55: ZeRO-Offload's copies cost a fifth of an H100's. A measured rate (the probe's) still wins; a catalog
+    GPU on PCIe keeps None (priced from its generation)."""
+    from gpuadvisor.costmodel.analytical import Context
+    from gpuadvisor.hardware.catalog import device_from_spec
+    from gpuadvisor.hardware.cluster_file import cluster_from_dict
+    from gpuadvisor.hardware.presets import load_preset
+    from gpuadvisor.workload.specs import make_workload
+
+    gh = gpu_spec("gh200")
+    assert gh.host_copy_gb_per_s == 297 and gh.memory_gib == 96 and gh.compute_capability == "9.0"
+    assert device_from_spec(gh, 0).host_copy_gb_per_s == 297
+    assert device_from_spec(gh, 0, host_copy_gb_per_s=250.0).host_copy_gb_per_s == 250.0
+    assert device_from_spec(gpu_spec("h100-sxm"), 0).host_copy_gb_per_s is None
+    wl = make_workload("llama-3.1-8b", seq_len=4096, global_batch=64)
+    quad = load_preset("gh200-4x-2nodes-ib-ndr200")
+    h100 = cluster_from_dict({"name": "h", "nodes": [{"name": "n", "gpus": "4x H100 80GB HBM3", "topology": "NV6"}]})
+    assert Context(quad, wl).host_bw == 297e9 and Context(h100, wl).host_bw == 55e9
+    assert Context(quad, wl).nvls_factor == 0.0  # four GPUs joined directly: no NVSwitch
+    from gpuadvisor import api
+
+    plan = "dp=4,zero=3,mb=1,m=16,offload=true,recompute=true"
+    one = cluster_from_dict({"name": "q", "nodes": [{"name": "n", "gpus": "4x GH200", "topology": "NV6",
+                                                     "cpu": {"cores": 288, "ram_gib": 447}}]})
+    fast, slow = api.predict(wl, plan, cluster=one), api.predict(wl, plan, cluster=h100)
+    assert fast.feasible and fast.step.offload_s < 0.5 * slow.step.offload_s

@@ -44,7 +44,8 @@ def device_from_spec(
     rate_source: RateSource = "catalog",
     **extra,
 ) -> Device:
-    """A Device with the catalog's rates for `spec`; memory from the catalog unless given."""
+    """A Device with the catalog's rates for `spec`; memory from the catalog unless given; the host copy rate of a GPU
+    whose host link is not PCIe (GpuSpec.host_copy_gb_per_s) unless a measured one is given."""
     mem = memory_bytes if memory_bytes is not None else int(spec.usable_memory_gib * GIB)
     return Device(
         index=index,
@@ -60,6 +61,7 @@ def device_from_spec(
         rate_source=rate_source,
         pcie_gen=pcie_gen if pcie_gen is not None else (spec.pcie_gen if spec.kind == "gpu" else None),
         pcie_width=pcie_width if pcie_width is not None else (16 if spec.kind == "gpu" else None),
+        host_copy_gb_per_s=extra.pop("host_copy_gb_per_s", None) or spec.host_copy_gb_per_s,
         **extra,
     )
 

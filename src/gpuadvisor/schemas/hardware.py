@@ -74,8 +74,9 @@ class Device(Frozen):
     numa_node: Optional[int] = None
     mig_enabled: Optional[bool] = None
     host_copy_gb_per_s: Optional[LinkBandwidth] = Field(
-        None, description="Measured pinned host<->device copy rate of the device alone, GB/s, the slower direction "
-                          "(probes/hostcopy.py); None: priced from the PCIe generation and width")
+        None, description="Pinned host<->device copy rate of the device alone, GB/s, the slower direction: measured "
+                          "(probes/hostcopy.py), or the catalog's for a GPU whose host link is not PCIe (GH200's "
+                          "NVLink-C2C); None: priced from the PCIe generation and width")
     pcie_switch: Optional[Index] = Field(
         None, description="The PCIe switch tree the device sits behind: devices of a node with the same id share its "
                           "uplink to the host (None: its own root port, or unknown)")
