@@ -23,9 +23,10 @@ first and last Linear in bf16 (utils/ao.py `convert_model_to_fp8_ao`). accelerat
 (benchmarks/fp8/torchao/ddp.py, distrib_deepspeed.py for ZeRO 1-3, fsdp.py) cover the three paths written here.
 No file (`unsupported`) where Accelerate cannot represent the plan: pp > 1 (no training pipeline parallelism);
 TP without ZeRO sharding, since accelerate 1.15's ParallelismConfig refuses TP beside pure replication
-(dp_replicate > 1, dp_shard == 1) and its FSDP2 path needs dp_shard > 1 (parallelism_config.py
-_validate_accelerator), while `accelerate launch` takes a parallelism config only with FSDP v2 (launch.py
-_validate_launch_command); ZeRO with TP and dp = cp = 1 (nothing for FSDP to shard over); cp without ZeRO (the same
+(dp_replicate > 1, dp_shard == 1), and 1.16, which accepts that config, wraps a tensor-parallel model in neither
+DDP nor FSDP (Accelerator.prepare_model skips the DDP wrap when tp is enabled), so nothing would sync its gradients
+across the replicas; its FSDP2 path needs dp_shard > 1 (parallelism_config.py _validate_accelerator), while
+`accelerate launch` takes a parallelism config only with FSDP v2 (launch.py _validate_launch_command); ZeRO with TP and dp = cp = 1 (nothing for FSDP to shard over); cp without ZeRO (the same
 refusal as TP beside pure replication; DeepSpeed's plugin has no ring attention).
 """
 from __future__ import annotations
@@ -52,8 +53,9 @@ def plan_unsupported(p: Plan) -> Optional[str]:
     if p.pp > 1:
         return "Accelerate has no training pipeline parallelism (pp > 1): use the torchtitan or Megatron-LM files"
     if p.tp > 1 and not p.zero_stage:
-        return ("Accelerate 1.15 runs TP only beside FSDP2 sharding (its ParallelismConfig refuses TP with pure "
-                "data parallelism): use the torchtitan or Megatron-LM files, or a ZeRO plan with TP")
+        return ("Accelerate runs TP only beside FSDP2 sharding (1.15's ParallelismConfig refuses TP with pure data "
+                "parallelism; 1.16 accepts it but wraps a TP model in no DDP, so its replicas would not sync "
+                "gradients): use the torchtitan or Megatron-LM files, or a ZeRO plan with TP")
     if p.cp > 1 and not p.zero_stage:
         return ("Accelerate runs context parallelism only beside FSDP2 sharding (its ParallelismConfig refuses cp_size "
                 "> 1 with pure data parallelism): use the torchtitan or Megatron-LM files, or a ZeRO plan with cp")
