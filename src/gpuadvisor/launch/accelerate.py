@@ -26,8 +26,9 @@ TP without ZeRO sharding, since accelerate 1.15's ParallelismConfig refuses TP b
 (dp_replicate > 1, dp_shard == 1), and 1.16, which accepts that config, wraps a tensor-parallel model in neither
 DDP nor FSDP (Accelerator.prepare_model skips the DDP wrap when tp is enabled), so nothing would sync its gradients
 across the replicas; its FSDP2 path needs dp_shard > 1 (parallelism_config.py _validate_accelerator), while
-`accelerate launch` takes a parallelism config only with FSDP v2 (launch.py _validate_launch_command); ZeRO with TP and dp = cp = 1 (nothing for FSDP to shard over); cp without ZeRO (the same
-refusal as TP beside pure replication; DeepSpeed's plugin has no ring attention).
+`accelerate launch` takes a parallelism config only with FSDP v2 (launch.py _validate_launch_command); ZeRO with
+TP and dp = cp = 1 (nothing for FSDP to shard over); cp without ZeRO (the same refusal as TP beside pure
+replication, in 1.16 too; DeepSpeed's plugin has no ring attention).
 """
 from __future__ import annotations
 

@@ -148,8 +148,9 @@ def resolve_workload(text: str, spec: StudySpec, cluster: Optional[Cluster] = No
         from ..api import training_precision
 
         said: list[str] = []
-        if training_precision(None, cluster, said) != "bf16":  # else the model's own (a preset's paper may say)
-            settings["precision"] = "fp16"
+        chosen = training_precision(None, cluster, said)
+        if chosen != "bf16":  # else the model's own (a preset's paper may say)
+            settings["precision"] = chosen
             if notes is not None and said[0] not in notes:
                 notes.extend(said)
     shaped = shape_model(text)
