@@ -43,6 +43,8 @@ def test_links_have_sources():
     ("NVIDIA A10", "a10"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA H800", "h800"),
+    ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb"),
     ("GH200", "gh200"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
@@ -97,6 +99,9 @@ def test_geforce_p2p_off():
     ("NVIDIA L4", "l4", "ada"),
     ("NVIDIA A10", "a10", "ampere_pro"),
     ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb", "volta"),
+    ("NVIDIA H800", "h800", "hopper"),
+    ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb", "a100"),
+    ("NVIDIA GH200 480GB", "gh200", "hopper"),
 ])
 def test_gemm_family_per_board_and_its_measured_ceiling(name, key, family):
     """Each board takes its own curve; the workstation and GeForce curves sit at or below the board's measured
@@ -166,3 +171,24 @@ def test_gh200_host_link_is_nvlink_c2c():
                                                      "cpu": {"cores": 288, "ram_gib": 447}}]})
     fast, slow = api.predict(wl, plan, cluster=one), api.predict(wl, plan, cluster=h100)
     assert fast.feasible and fast.step.offload_s < 0.5 * slow.step.offload_s
+
+
+def test_china_market_boards_are_their_parents_with_400_gb_s_nvlink():
+    """The A800 and H800 are the A100 and H100 with NVLink cut from 600/900 to 400 GB/s (8 links of 25 GB/s each
+    way): the same compute, memory and bandwidth; a real 4-GPU H800 capture (NV8 per pair) prices each pair at
+    8 x 25 x 0.8 = 160 GB/s, not the H100's 18 links."""
+    from pathlib import Path
+
+    from gpuadvisor.hardware.cluster_file import cluster_from_dict
+
+    for child, parent in (("a800-sxm-80gb", "a100-sxm-80gb"), ("h800", "h100-sxm")):
+        c, p = gpu_spec(child), gpu_spec(parent)
+        assert (c.tflops_bf16, c.tflops_fp8, c.memory_gib, c.memory_bandwidth_gb_per_s, c.compute_capability) == (
+            p.tflops_bf16, p.tflops_fp8, p.memory_gib, p.memory_bandwidth_gb_per_s, p.compute_capability)
+        assert c.nvlink_gb_per_s == 400 and c.nvlink_links == 8 and c.nvlink_per_link_one_way_gb_per_s == 25.0
+    capture = Path(__file__).parents[1] / "fixtures" / "topo" / "19_h800-4gpu-nv8-17nic-ansi-empty-affinity.txt"
+    node = cluster_from_dict({"name": "h800", "nodes": [{"name": "n", "gpus": "4x H800",
+                                                         "topology": str(capture)}]}).nodes[0]
+    assert node.devices[0].name == "NVIDIA H800" and node.devices[0].peak_tflops_bf16 == 989.5
+    bws = {round(lk.bandwidth_gb_per_s, 1) for lk in node.links}
+    assert bws == {160.0}, bws
