@@ -42,8 +42,15 @@ class StudyOutcome(Frozen):
 def resolve_workloads(spec: StudySpec, cluster: Optional[Cluster] = None,
                       notes: Optional[list[str]] = None) -> dict[str, Workload]:
     """The Workload of every model of the study; on a `cluster` of GPUs without bf16 (V100, T4) and no
-    `spec.precision`, in fp16 mixed precision, with one note in `notes` (spec.resolve_workload)."""
-    return {m: resolve_workload(m, spec, cluster, notes) for m in spec.models}
+    `spec.precision`, in fp16 mixed precision, as `suggest` does (api.training_precision appends its note to
+    `notes`); otherwise each model's own precision."""
+    precision = None
+    if spec.precision is None and cluster is not None:
+        from ..api import training_precision
+
+        chosen = training_precision(None, cluster, notes)
+        precision = None if chosen == "bf16" else chosen
+    return {m: resolve_workload(m, spec, precision) for m in spec.models}
 
 
 def plan_study(spec: StudySpec, cluster: Cluster, workloads: Optional[dict[str, Workload]] = None) -> list[Cell]:

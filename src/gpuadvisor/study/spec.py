@@ -12,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from ..errors import UserError
-from ..schemas import Cluster, Workload
+from ..schemas import Workload
 from ..schemas._base import Frozen
 from ..schemas.workload import FineTune
 from ..workload.specs import _SHAPE_RE, SHAPE_VOCAB, shape_model  # noqa: F401 - re-exported (study --models shapes)
@@ -129,12 +129,10 @@ def model_slug(text: str) -> str:
     return slug or "model"
 
 
-def resolve_workload(text: str, spec: StudySpec, cluster: Optional[Cluster] = None,
-                     notes: Optional[list[str]] = None) -> Workload:
-    """The Workload of one model of the study (presets bring the paper's Table I seq len and batch).
-
-    Without `spec.precision`, a `cluster` with GPUs that have no bf16 tensor cores (V100, T4) trains in fp16 mixed
-    precision, as `suggest` does (api.training_precision, which appends its note to `notes`)."""
+def resolve_workload(text: str, spec: StudySpec, precision: Optional[str] = None) -> Workload:
+    """The Workload of one model of the study (presets bring the paper's Table I seq len and batch); `precision`
+    stands in where `spec.precision` is unset (execute.resolve_workloads: fp16 on GPUs without bf16), else the
+    model's own."""
     from ..workload.specs import make_workload
 
     settings: dict = {}
@@ -142,17 +140,8 @@ def resolve_workload(text: str, spec: StudySpec, cluster: Optional[Cluster] = No
         settings["seq_len"] = spec.seq_len
     if spec.global_batch is not None:
         settings["global_batch"] = spec.global_batch
-    if spec.precision is not None:
-        settings["precision"] = spec.precision
-    elif cluster is not None:
-        from ..api import training_precision
-
-        said: list[str] = []
-        chosen = training_precision(None, cluster, said)
-        if chosen != "bf16":  # else the model's own (a preset's paper may say)
-            settings["precision"] = chosen
-            if notes is not None and said[0] not in notes:
-                notes.extend(said)
+    if (spec.precision or precision) is not None:
+        settings["precision"] = spec.precision or precision
     shaped = shape_model(text)
     if shaped is not None:
         settings.setdefault("seq_len", min(shaped.max_seq_len or 128, 128))
